@@ -1,0 +1,56 @@
+# Every target installs what it needs first; `make` alone prints this help.
+PYTHON ?= python3
+CONFIG ?= configs/default.yaml
+ARGS ?=
+PORT ?= 6006
+# Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
+TORCH_SPEC ?=
+
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install train test test-fast tensorboard lint format clean clean-logs
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' PORT=$(PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
+
+# Reinstalled whenever pyproject.toml is newer than the last install.
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_SPEC),$(BIN)/pip install '$(TORCH_SPEC)')
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools
+
+train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
+	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
+
+test: $(INSTALLED) ## run the whole test suite, slow tests included
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: $(INSTALLED) ## run the tests not marked slow
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6006)
+	@echo "TensorBoard: http://127.0.0.1:$(PORT)"
+	$(BIN)/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
+
+lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
+	$(BIN)/ruff check project tests
+	$(BIN)/ruff format --check project tests
+	$(BIN)/mypy project
+
+format: $(INSTALLED) ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix project tests
+	$(BIN)/ruff format project tests
+
+clean: ## remove caches and build leftovers (keeps logs/ and .venv/)
+	rm -rf .pytest_cache .ruff_cache .mypy_cache build *.egg-info
+	find . -path ./.venv -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+clean-logs: ## delete every run under logs/
+	rm -rf logs

@@ -1,0 +1,1 @@
+"""A PyTorch Lightning project template: see README.md."""

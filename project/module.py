@@ -1,0 +1,125 @@
+"""The LightningModule: the training recipe (loss, metrics, optimizer, LR schedule) around any ``net``."""
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from project.errors import ConfigError
+from project.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
+
+Batch = tuple[Tensor, Tensor]
+
+
+class Classifier(L.LightningModule):
+    """Cross-entropy classification with AdamW and a warmup+cosine schedule stepped per optimizer step."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        num_classes: int,
+        lr: float = 3e-3,
+        min_lr: float = 1e-5,
+        warmup: int | float = 0.05,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.999),
+        label_smoothing: float = 0.0,
+    ) -> None:
+        """
+        Args:
+            net: the network, any ``nn.Module`` mapping a batch of inputs to ``num_classes`` logits.
+            num_classes: number of classes (linked from the DataModule by the CLI).
+            lr: peak learning rate, reached at the end of warmup.
+            min_lr: learning rate at the final optimizer step (the end of the cosine).
+            warmup: linear-warmup length: an int is a number of optimizer steps, a float in [0, 1) a fraction
+                of the run's optimizer steps.
+            weight_decay: AdamW decoupled weight decay, applied to weight matrices and conv kernels only (never
+                to biases or normalisation weights).
+            betas: AdamW's moment coefficients.
+            label_smoothing: cross-entropy label smoothing in [0, 1).
+        """
+        super().__init__()
+        if not lr > 0:
+            raise ConfigError(f"model.lr={lr!r}: the learning rate must be > 0.")
+        if not 0 <= min_lr <= lr:
+            raise ConfigError(f"model.min_lr={min_lr!r}: must lie in [0, model.lr={lr!r}].")
+        check_warmup(warmup)
+        if weight_decay < 0:
+            raise ConfigError(f"model.weight_decay={weight_decay!r}: must be >= 0.")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ConfigError(f"model.label_smoothing={label_smoothing!r}: must lie in [0, 1).")
+        # Under LightningCLI the saved hparams are the config, ``net`` as class_path/init_args: plain data that
+        # loads with weights_only=True and lets load_from_checkpoint rebuild the net. Built by hand, ``net`` is a
+        # module object, which must never be pickled into a checkpoint (notes §0.2): its weights are in the
+        # state_dict anyway. Lightning exposes "hparams came from the CLI" only through this context variable.
+        self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net"])
+        self.net = net
+        # nan_strategy="disable": the default NaN check costs a host sync per update; a NaN loss should show
+        # in the curve anyway (and EarlyStopping stops on it).
+        self.train_loss = MeanMetric(nan_strategy="disable")
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.test_loss = MeanMetric(nan_strategy="disable")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self(x), y, label_smoothing=self.hparams["label_smoothing"])
+        self.train_loss(loss.detach())
+        self.log("train/loss", self.train_loss, on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, acc_metric: MulticlassAccuracy, stage: str) -> None:
+        x, y = batch
+        logits = self(x)
+        # Per-sample losses into a MeanMetric: the epoch value is the exact mean over samples, also across DDP
+        # ranks with uneven shards (a mean of batch means, or sync_dist on a tensor, would not be: notes §6).
+        loss_metric.update(
+            F.cross_entropy(logits, y, reduction="none", label_smoothing=self.hparams["label_smoothing"])
+        )
+        acc_metric.update(logits, y)
+        self.log(f"{stage}/loss", loss_metric)
+        self.log(f"{stage}/acc", acc_metric, prog_bar=True)
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_loss, self.val_acc, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_loss, self.test_acc, "test")
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        return self(batch[0]).softmax(dim=-1)
+
+    def configure_optimizers(self) -> Any:
+        decay = [p for p in self.parameters() if p.requires_grad and p.ndim >= 2]
+        no_decay = [p for p in self.parameters() if p.requires_grad and p.ndim < 2]
+        # foreach (the default), never fused=True: fused AdamW + gradient clipping under AMP raises in
+        # Lightning 2.6 (#21435, notes §3).
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.hparams["lr"],
+            betas=tuple(self.hparams["betas"]),
+        )
+        total = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total):
+            raise ConfigError(
+                "The run length is unknown (infinite data and no trainer.max_steps); set trainer.max_steps so the "
+                "cosine schedule knows where it ends."
+            )
+        total = int(total)
+        scheduler = WarmupCosine(
+            optimizer, resolve_warmup_steps(self.hparams["warmup"], total), total, self.hparams["min_lr"]
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

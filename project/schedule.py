@@ -1,0 +1,62 @@
+"""Linear warmup then cosine decay, stepped once per optimizer step."""
+
+import math
+
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from project.errors import ConfigError
+
+
+def warmup_cosine_lr(step: int, peak_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    """The learning rate used by optimizer step ``step`` (0-based) of a ``total_steps``-step run.
+
+    Warmup climbs linearly from ``peak_lr / warmup_steps`` to ``peak_lr`` over steps ``0 .. warmup_steps-1``;
+    the cosine then falls from ``peak_lr`` at step ``warmup_steps`` to exactly ``min_lr`` at the final
+    step ``total_steps - 1`` and stays there.
+    """
+    if step < warmup_steps:
+        return peak_lr * (step + 1) / warmup_steps
+    decay_steps = total_steps - 1 - warmup_steps
+    progress = 1.0 if decay_steps <= 0 else min(1.0, (step - warmup_steps) / decay_steps)
+    return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def check_warmup(warmup: int | float) -> None:
+    """``warmup`` is a step count (an int >= 0) or a fraction of the run (a float in [0, 1))."""
+    if isinstance(warmup, float) and not 0.0 <= warmup < 1.0:
+        raise ConfigError(f"model.warmup={warmup!r}: a fraction of the run must lie in [0, 1) (or give an int).")
+    if isinstance(warmup, int) and warmup < 0:
+        raise ConfigError(f"model.warmup={warmup!r}: a number of warmup steps must be >= 0.")
+
+
+def resolve_warmup_steps(warmup: int | float, total_steps: int) -> int:
+    """The number of warmup steps: ``warmup`` itself if an int, else that fraction of ``total_steps`` rounded up."""
+    check_warmup(warmup)
+    return math.ceil(warmup * total_steps) if isinstance(warmup, float) else warmup
+
+
+class WarmupCosine(LRScheduler):
+    """``warmup_cosine_lr`` for every param group (each from its own initial lr).
+
+    The closed form is recomputed from the step counter rather than updated multiplicatively, so a resumed
+    scheduler (whose state is just ``last_epoch``) continues on exactly the same curve.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float) -> None:
+        if not 0 <= warmup_steps < total_steps:
+            raise ConfigError(
+                f"model.warmup resolves to {warmup_steps} warmup steps, but the run has only {total_steps} "
+                "optimizer steps; warmup must be shorter than the run (lower model.warmup or train longer)."
+            )
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr = min_lr
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float | Tensor]:
+        return [
+            warmup_cosine_lr(self.last_epoch, float(base_lr), self.min_lr, self.warmup_steps, self.total_steps)
+            for base_lr in self.base_lrs
+        ]
