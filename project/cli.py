@@ -29,6 +29,18 @@ class SaveConfig(SaveConfigCallback):
 
 
 class CLI(LightningCLI):
+    """``LightningCLI`` for ``Classifier`` + ``DigitsDataModule``; ``args=None`` reads ``sys.argv``."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            Classifier,
+            DigitsDataModule,
+            save_config_callback=SaveConfig,
+            auto_configure_optimizers=False,
+            args=args,
+            run=run,
+        )
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # Shapes come from the data, so nobody types them twice (and they cannot disagree).
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
@@ -36,8 +48,10 @@ class CLI(LightningCLI):
         parser.link_arguments("data.input_shape", "model.net.init_args.input_shape", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
-        trainer = self.config[self.subcommand].trainer if self.subcommand else self.config.trainer
-        if self.subcommand == "fit" and trainer.max_epochs is None and trainer.max_steps in (None, -1):
+        if self.subcommand != "fit":
+            return
+        trainer = self.config.fit.trainer
+        if trainer.max_epochs is None and trainer.max_steps in (None, -1):
             # Lightning would silently assume max_epochs=1000 and stretch the cosine schedule over it.
             raise ConfigError(
                 "Neither trainer.max_epochs nor trainer.max_steps is set: the run length must be known for the "
@@ -56,13 +70,7 @@ class CLI(LightningCLI):
 
 def main(args: list[str] | None = None) -> None:
     try:
-        CLI(
-            Classifier,
-            DigitsDataModule,
-            save_config_callback=SaveConfig,
-            auto_configure_optimizers=False,
-            args=args,
-        )
+        CLI(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -1,0 +1,57 @@
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from project.cli import CLI
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = str(ROOT / "configs" / "default.yaml")
+DEBUG = str(ROOT / "configs" / "debug.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """Lightning writes PL_GLOBAL_SEED and friends into os.environ; no test may see another's."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DEFAULT,)) -> CLI:
+    """Run ``fit`` through the real CLI in this process, logging under ``save_dir``."""
+    argv = ["fit", *(a for c in configs for a in ("--config", c))]
+    return CLI([*argv, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
+
+
+def run_module(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m project ...`` in a fresh process (the real entry point, or a Lightning DDP launch)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-m", "project", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series in a run directory's TensorBoard event files, read with TensorBoard's own reader."""
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Reference accuracy computed by hand, in eval mode, on the whole split at once."""
+    model.eval()
+    with torch.no_grad():
+        return (model(images).argmax(dim=-1) == labels).float().mean().item()
