@@ -39,7 +39,7 @@ def test_overlay_composes_over_the_default(
     # Everything else still comes from the default (overlays hold no lists that would replace the callbacks).
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
     assert len(printed["trainer"]["callbacks"]) == 4
-    assert printed["model"]["net"]["class_path"] == "project.nets.MLP"
+    assert printed["model"]["net"]["class_path"] == "project.nets.ConvNet"
 
 
 @pytest.mark.slow
@@ -70,6 +70,17 @@ def test_ddp_overlay_trains_two_processes_into_one_run_directory(tmp_path: Path)
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 5
     assert "test/acc=" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--model.net=project.nets.MLP", "--model.net.init_args.hidden=32", configs=(DEFAULT, DEBUG))
+    assert type(cli.model.net).__name__ == "MLP"
+    assert cli.model.net.layers[1].in_features == 64 and cli.model.net.layers[1].out_features == 32
+    saved = torch.load(tmp_path / "debug" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    net = saved["hyper_parameters"]["net"]
+    assert net["class_path"] == "project.nets.MLP"
+    assert net["init_args"] == {"input_shape": (1, 8, 8), "num_classes": 10, "hidden": 32, "dropout": 0.1}
 
 
 BAD_INPUTS = [

@@ -30,7 +30,7 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     # The resolved config is saved beside the logs and reflects the override.
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["max_epochs"] == 2
-    assert config["model"]["net"]["class_path"] == "project.nets.MLP"
+    assert config["model"]["net"]["class_path"] == "project.nets.ConvNet"
     assert config["data"]["batch_size"] == 64
 
     logged = scalars(run)
