@@ -59,6 +59,9 @@ class CLI(LightningCLI):
             )
 
     def after_fit(self) -> None:
+        for stopper in self.trainer.early_stopping_callbacks:
+            if stopper.stopping_reason_message and self.trainer.is_global_zero:
+                print(f"Stopped early at epoch {stopper.stopped_epoch}: {stopper.stopping_reason_message}", flush=True)
         checkpoint = self.trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", "") or None
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, weights_only=True)

@@ -76,7 +76,26 @@ class Classifier(L.LightningModule):
         loss = F.cross_entropy(self(x), y, label_smoothing=self.hparams["label_smoothing"])
         self.train_loss(loss.detach())
         self.log("train/loss", self.train_loss, on_step=True, on_epoch=False)
-        return loss
+        return loss * self._tail_window_correction(batch_idx)
+
+    def _tail_window_correction(self, batch_idx: int) -> float:
+        """Lightning divides every micro-batch loss by ``accumulate_grad_batches`` (k), also in an epoch's last
+        window when it holds only r < k micro-batches, whose step then gets r/k of its gradient (Lightning #19987,
+        notes §2). Scaling those losses by k/r makes that step the mean over its r micro-batches, as a big batch."""
+        k = self.trainer.accumulate_grad_batches
+        n = self.trainer.num_training_batches
+        if k == 1 or not math.isfinite(n):
+            return 1.0
+        window = min(k, int(n) - batch_idx // k * k)
+        return k / window
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Called once per optimizer step, after accumulation and AMP unscaling, before clipping: the true pre-clip
+        # norm. Computed on device (one fused reduction, no host copy per parameter) and only on the steps the
+        # logger writes (global_step + 1 is the step about to finish, as Lightning's should_update_logs counts).
+        if (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
 
     def _evaluate(self, batch: Batch, loss_metric: MeanMetric, acc_metric: MulticlassAccuracy, stage: str) -> None:
         x, y = batch

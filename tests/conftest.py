@@ -1,4 +1,6 @@
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,17 +32,42 @@ def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DEFAULT,)) -> CL
     return CLI([*argv, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
 
 
-def run_module(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``python -m project ...`` in a fresh process (the real entry point, or a Lightning DDP launch)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_module(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m project ...`` in a fresh process: the real entry point, or a real Lightning DDP launch.
+
+    Loopback only, a fresh port per call, ``tests/`` importable (for ``probes``), and on timeout the whole
+    process group (Lightning's launcher and the ranks it started) is killed, so a hang cannot stall the suite.
+    """
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": str(ROOT / "tests"),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    proc = subprocess.Popen(
         [sys.executable, "-m", "project", *args],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout}s: python -m project {' '.join(args)}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

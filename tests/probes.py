@@ -1,0 +1,116 @@
+"""Instruments for the mechanics tests, added to a real run with ``--trainer.callbacks+=probes.Recorder``."""
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import Dataset
+
+
+class RecordingDataset(Dataset):
+    """Wraps a dataset and remembers which indices were fetched, in order (num_workers=0 only)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seen = inner, []
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> Any:
+        self.seen.append(int(index))
+        return self.inner[index]
+
+
+class Recorder(L.Callback):
+    """Records what a run really did, per rank: the samples of every training batch, the LR of every param
+    group at every optimizer step (as the optimizer is about to use it), the pre-clip gradients, the mode the
+    model is in at every batch, and the final weights. Saves it all to ``out_dir/rank<N>.pt`` if given."""
+
+    def __init__(self, out_dir: str | None = None, keep_grads: bool = False) -> None:
+        self.out_dir, self.keep_grads = out_dir, keep_grads
+        self.dataset: RecordingDataset | None = None
+        self.batch_sizes: list[int] = []
+        self.lrs: list[list[float]] = []
+        self.grad_norms: list[float] = []
+        self.grads: list[torch.Tensor] = []
+        self.grads_were_none: list[bool] = []
+        self.modes: list[tuple[str, bool, bool, bool]] = []  # (stage, module.training, grad enabled, deterministic)
+        self.final_state: dict[str, torch.Tensor] = {}
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        dm = trainer.datamodule
+        if stage == "fit" and dm is not None and not isinstance(dm.train_set, RecordingDataset):
+            dm.train_set = self.dataset = RecordingDataset(dm.train_set)
+
+    def batches(self) -> list[list[int]]:
+        """The training samples of each batch, in the order they were trained on."""
+        assert self.dataset is not None
+        seen, out = self.dataset.seen, []
+        for size in self.batch_sizes:
+            out.append(seen[:size])
+            seen = seen[size:]
+        return out
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
+        self.batch_sizes.append(len(batch[1]))
+        self.modes.append(("train", pl_module.training, torch.is_grad_enabled(), False))
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        self.grads_were_none.append(all(p.grad is None for p in pl_module.parameters()))
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self.lrs.append([group["lr"] for group in optimizer.param_groups])
+        grads = [p.grad.detach().flatten() for p in pl_module.parameters() if p.grad is not None]
+        flat = torch.cat(grads).float()
+        self.grad_norms.append(flat.norm().item())
+        if self.keep_grads:
+            self.grads.append(flat.clone())
+
+    def _eval_probe(self, stage: str, pl_module: L.LightningModule, batch: Any) -> None:
+        # Two forwards on the same batch agree only if dropout is off (eval mode).
+        same = torch.equal(pl_module(batch[0]), pl_module(batch[0]))
+        self.modes.append((stage, pl_module.training, torch.is_grad_enabled(), same))
+
+    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *_: Any) -> None:
+        self._eval_probe("val", pl_module, batch)
+
+    def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *_: Any) -> None:
+        self._eval_probe("test", pl_module, batch)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.final_state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or self.out_dir is None:
+            return
+        stopper, checkpoint = trainer.early_stopping_callback, trainer.checkpoint_callback
+        record = {
+            "world_size": trainer.world_size,
+            "global_step": trainer.global_step,
+            "total_steps": int(trainer.estimated_stepping_batches),
+            "batches": self.batches(),
+            "lrs": self.lrs,
+            "grad_norms": self.grad_norms,
+            "final_state": self.final_state,
+            "should_stop": trainer.should_stop,
+            "stopper": None if stopper is None else (stopper.wait_count, float(stopper.best_score)),
+            "best_score": None if checkpoint is None else float(getattr(checkpoint, "best_model_score", 0.0)),
+        }
+        Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+        torch.save(record, Path(self.out_dir) / f"rank{trainer.global_rank}.pt")
+
+
+class PoisonWeights(L.Callback):
+    """Fills every weight with NaN at the start of training epoch ``epoch``: that epoch's val/loss is not finite."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.fill_(float("nan"))

@@ -1,0 +1,269 @@
+"""Training mechanics, each compared with a closed form or a reference computation (one process, CPU, fp32)."""
+
+import copy
+import math
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from conftest import DEFAULT, fit, scalars
+from lightning.pytorch.plugins import MixedPrecision
+from probes import Recorder
+
+from project.cli import CLI
+from project.data import DigitsDataModule
+from project.module import Classifier
+from project.nets import ConvNet
+
+PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of configs/default.yaml
+
+
+def expected_lr(step: int, warmup: int, total: int, peak: float = PEAK, min_lr: float = MIN_LR) -> float:
+    """The schedule's definition, written out independently of project/schedule.py."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return min_lr + (peak - min_lr) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - 1 - warmup)))
+
+
+def recorder_of(cli: CLI) -> Recorder:
+    return next(cb for cb in cli.trainer.callbacks if isinstance(cb, Recorder))
+
+
+SHORT = ("--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1", "--trainer.callbacks+=probes.Recorder")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "total", "warmup"),
+    [
+        # 3 epochs x 7 batches; warmup as a fraction of the run, rounded up: ceil(0.3 * 21) = 7
+        (["--trainer.max_epochs=3", "--trainer.limit_train_batches=7", "--model.warmup=0.3"], 21, 7),
+        # warmup as a count
+        (["--trainer.max_epochs=3", "--trainer.limit_train_batches=7", "--model.warmup=4"], 21, 4),
+        # accumulation: 10 batches per epoch in windows of 4 -> 3 optimizer steps per epoch, 6 in all
+        (["--trainer.max_epochs=2", "--trainer.limit_train_batches=10", "--trainer.accumulate_grad_batches=4",
+          "--model.warmup=2"], 6, 2),
+        # max_steps instead of max_epochs; the run crosses an epoch boundary (7 batches per epoch)
+        (["--trainer.max_epochs=null", "--trainer.max_steps=13", "--trainer.limit_train_batches=7",
+          "--model.warmup=0.2"], 13, 3),
+    ],
+    ids=["warmup-fraction", "warmup-count", "accumulate-4", "max-steps"],
+)  # fmt: skip
+def test_lr_used_at_every_optimizer_step_is_the_closed_form(
+    args: list[str], total: int, warmup: int, tmp_path: Path
+) -> None:
+    cli = fit(tmp_path, *args, *SHORT)
+    lrs = recorder_of(cli).lrs
+    assert cli.trainer.global_step == total
+    assert len(lrs) == total
+    for step, groups in enumerate(lrs):
+        for lr in groups:  # both param groups (decay / no decay) follow the same curve
+            assert lr == pytest.approx(expected_lr(step, warmup, total), rel=1e-9), f"step {step}"
+    assert lrs[-1][0] == pytest.approx(MIN_LR, rel=1e-9)
+
+
+def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recorder:
+    cli = fit(
+        tmp_path,
+        f"--data.batch_size={batch_size}",
+        f"--trainer.accumulate_grad_batches={accumulate}",
+        "--trainer.max_epochs=1",
+        "--model.net.init_args.dropout=0.0",
+        *SHORT,
+        "--trainer.callbacks.keep_grads=true",
+    )
+    return recorder_of(cli)
+
+
+@pytest.mark.slow
+def test_accumulation_equals_the_large_batch_including_the_partial_last_window(tmp_path: Path) -> None:
+    # 1257 training samples: batch 3 gives 419 micro-batches = 104 windows of 4 + a last window of 3;
+    # batch 12 gives the same samples in the same order: 104 batches of 12 + a last one of 9 = 3 x 3.
+    small = _accumulation_run(tmp_path / "small", batch_size=3, accumulate=4)
+    large = _accumulation_run(tmp_path / "large", batch_size=12, accumulate=1)
+    assert small.batch_sizes[-3:] == [3, 3, 3] and len(small.batch_sizes) == 419
+    assert large.batch_sizes[-1] == 9 and len(large.batch_sizes) == 105
+    flat_small = [i for b in small.batches() for i in b]
+    assert flat_small == [i for b in large.batches() for i in b]
+    assert len(small.grads) == len(large.grads) == 105
+    # Every optimizer step sees the same (pre-clip) gradient, the last partial window included: without the
+    # tail correction its gradient would be 3/4 of the large batch's.
+    for step, (g_small, g_large) in enumerate(zip(small.grads, large.grads, strict=True)):
+        torch.testing.assert_close(g_small, g_large, rtol=1e-5, atol=1e-7, msg=f"gradient of step {step}")
+    # Weights after all 105 AdamW steps: float32 summation order differs (4 sums of 3 vs one of 12), and Adam
+    # divides by sqrt(v), which magnifies the ~1e-8 gradient differences; measured 2.5e-6 at most, while one
+    # step moves a weight by up to lr = 3e-3. A 3/4-sized last gradient alone would move weights by ~1e-4.
+    for name, value in large.final_state.items():
+        torch.testing.assert_close(small.final_state[name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_grad_norm_is_logged_on_logging_steps_only_with_the_true_value(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.log_every_n_steps=3", *SHORT)
+    recorded = recorder_of(cli).grad_norms
+    logged = dict(scalars(tmp_path / "digits" / "version_0")["train/grad_norm"])
+    assert sorted(logged) == [s for s in range(len(recorded)) if (s + 1) % 3 == 0]
+    for step, value in logged.items():
+        assert value == pytest.approx(recorded[step], rel=1e-5)
+
+
+class PostStepGradNorm(L.Callback):
+    """The gradient norm the optimizer step actually used (after unscaling and clipping)."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: object) -> None:
+        self.norms.append(torch.cat([p.grad.flatten() for p in pl_module.parameters()]).norm().item())
+
+
+def _fp16_scaled_fit(clip: float | None) -> tuple[Recorder, PostStepGradNorm, L.Trainer, float]:
+    """5 steps of fp16 autocast with a GradScaler (on CPU, through an explicit plugin: Lightning's "16-mixed"
+    flag turns into bf16 on CPU); returns the fp32 reference norm of the first step's gradient too."""
+    L.seed_everything(0)
+    model = Classifier(ConvNet((1, 8, 8), 10, dropout=0.0), num_classes=10)
+    dm = DigitsDataModule(batch_size=64)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    reference = copy.deepcopy(model)
+    F.cross_entropy(reference(x), y).backward()
+    true_norm = torch.cat([p.grad.flatten() for p in reference.parameters()]).norm().item()
+
+    recorder, post = Recorder(), PostStepGradNorm()
+    precision = MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", init_scale=2.0**14))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=5,
+        plugins=[precision],
+        gradient_clip_val=clip,
+        callbacks=[recorder, post],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        use_distributed_sampler=False,
+    )
+    trainer.fit(model, datamodule=dm)
+    return recorder, post, trainer, true_norm
+
+
+@pytest.mark.slow
+def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
+    clip = 0.05
+    recorder, post, trainer, true_norm = _fp16_scaled_fit(clip)
+    scaler = trainer.precision_plugin.scaler
+    assert scaler is not None and scaler.get_scale() >= 2.0**13  # the loss really was scaled
+    # The norm seen before clipping is in true units: the fp32 gradient of the same batch, not 2^14 times it.
+    assert recorder.grad_norms[0] == pytest.approx(true_norm, rel=2e-2)
+    assert all(n > clip for n in recorder.grad_norms)  # so clipping was active at every step
+    assert post.norms == pytest.approx([clip] * 5, rel=1e-3)  # clipped to the bound, in true units
+    # No foreach/fused conflict: the optimizer is not fused (fused AdamW + AMP clipping raises, #21435).
+    assert not trainer.optimizers[0].defaults.get("fused")
+
+    recorder, post, _, _ = _fp16_scaled_fit(None)
+    assert post.norms == pytest.approx(recorder.grad_norms, rel=1e-6)  # without clipping: untouched
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true"])
+def test_each_precision_learns_on_cpu(precision: str, tmp_path: Path) -> None:
+    cli = fit(
+        tmp_path,
+        f"--trainer.precision={precision}",
+        "--trainer.max_epochs=3",
+        "--trainer.limit_train_batches=10",
+        "--trainer.log_every_n_steps=1",
+        "--trainer.limit_val_batches=1",
+        "--trainer.limit_test_batches=1",
+    )
+    # On CPU Lightning runs "16-mixed" as "bf16-mixed" (no float16 autocast there); on CUDA it is fp16 + GradScaler.
+    assert cli.trainer.precision == ("bf16-mixed" if precision == "16-mixed" else precision)
+    weight_dtype = next(cli.model.parameters()).dtype
+    assert weight_dtype == (torch.bfloat16 if precision == "bf16-true" else torch.float32)
+    losses = [v for _, v in scalars(tmp_path / "digits" / "version_0")["train/loss"]]
+    assert len(losses) == 30
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    assert last < 0.5 * first, f"{precision}: train/loss went from {first:.3f} to only {last:.3f}"
+
+
+@pytest.mark.slow
+def test_eval_runs_in_eval_mode_without_autograd_and_zero_grad_sets_none(tmp_path: Path) -> None:
+    cli = fit(
+        tmp_path,
+        "--model.net.init_args.dropout=0.5",  # two forwards agree only in eval mode
+        "--trainer.max_epochs=2",
+        "--trainer.limit_train_batches=6",
+        "--trainer.limit_val_batches=2",
+        "--trainer.limit_test_batches=2",
+        "--trainer.accumulate_grad_batches=2",
+        "--trainer.callbacks+=probes.Recorder",
+    )
+    modes = recorder_of(cli).modes
+    evals = [m for m in modes if m[0] in ("val", "test")]
+    assert {m[0] for m in evals} == {"val", "test"}
+    assert all(m[1:] == (False, False, True) for m in evals), evals  # eval mode, no autograd, no dropout
+    trains = [m for m in modes if m[0] == "train"]
+    assert len(trains) == 12 and all(m[1:3] == (True, True) for m in trains)  # back in train mode after val
+    # Gradients are set to None (not zero-filled) at the start of each window of 2 micro-batches, and kept
+    # (accumulated) inside a window.
+    assert recorder_of(cli).grads_were_none == [True, False] * 6
+
+
+def _callbacks_overlay(tmp_path: Path, stopper: dict, extra: list[dict] | None = None) -> str:
+    callbacks = [
+        {
+            "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+            "init_args": {"filename": "best", "monitor": "val/acc", "mode": "max", "save_last": True},
+        },
+        {"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": stopper},
+        *(extra or []),
+    ]
+    path = tmp_path / "callbacks.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_early_stopping_waits_patience_epochs_then_stops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # min_delta larger than any possible change of val/loss: after the first epoch nothing counts as improvement.
+    overlay = _callbacks_overlay(tmp_path, {"monitor": "val/loss", "mode": "min", "patience": 2, "min_delta": 100.0})
+    cli = fit(
+        tmp_path, "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+        "--trainer.limit_test_batches=1", configs=(DEFAULT, overlay),
+    )  # fmt: skip
+    # Epoch 0 sets the best, epochs 1 and 2 wait, the run stops: 3 validations. (The stopper's own state is not
+    # read here: the test after fit restores callback states from best.ckpt.)
+    logged = scalars(tmp_path / "digits" / "version_0")
+    assert len(logged["val/loss"]) == 3
+    assert "Stopped early at epoch 2: Monitored metric val/loss did not improve in the last 2 records" in (
+        capsys.readouterr().out
+    )
+    # ModelCheckpoint kept the best val/acc over the epochs, and best.ckpt holds that epoch.
+    val_acc = [v for _, v in logged["val/acc"]]
+    assert float(cli.trainer.checkpoint_callback.best_model_score) == pytest.approx(max(val_acc), abs=1e-7)
+    best = torch.load(tmp_path / "digits" / "version_0" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["epoch"] == val_acc.index(max(val_acc))
+
+
+@pytest.mark.slow
+def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overlay = _callbacks_overlay(
+        tmp_path,
+        {"monitor": "val/loss", "mode": "min", "patience": 10},
+        [{"class_path": "probes.PoisonWeights", "init_args": {"epoch": 1}}],
+    )
+    cli = fit(tmp_path, "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", configs=(DEFAULT, overlay))
+    assert len(scalars(tmp_path / "digits" / "version_0")["val/loss"]) == 2
+    out = capsys.readouterr().out
+    assert "Stopped early at epoch 1: Monitored metric val/loss = nan is not finite" in out
+    # The final test used the best checkpoint (epoch 0, finite weights), not the poisoned last weights.
+    best = torch.load(tmp_path / "digits" / "version_0" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["epoch"] == 0
+    assert all(torch.isfinite(v).all() for v in best["state_dict"].values())
+    assert math.isfinite(float(cli.trainer.callback_metrics["test/loss"]))
