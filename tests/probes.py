@@ -114,3 +114,35 @@ class PoisonWeights(L.Callback):
             with torch.no_grad():
                 for p in pl_module.parameters():
                     p.fill_(float("nan"))
+
+
+class InfGradAt(L.Callback):
+    """Puts an inf into one gradient after the backward of optimizer step ``step`` (before AMP unscaling, where
+    the GradScaler looks for infs), and records the weights and the loss scale around that step."""
+
+    def __init__(self, step: int = 2) -> None:
+        self.step = step
+        self.before: dict[str, torch.Tensor] = {}
+        self.after: dict[str, torch.Tensor] = {}
+        self.scales: list[float] = []
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step == self.step:
+            self.before = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+            self.scales.append(trainer.precision_plugin.scaler.get_scale())
+            next(p for p in pl_module.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if trainer.global_step == self.step + 1 and not self.after:
+            self.after = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+            self.scales.append(trainer.precision_plugin.scaler.get_scale())
+
+
+class ScaleAtStart(L.Callback):
+    """The GradScaler's scale when training starts (after any checkpoint was restored)."""
+
+    def __init__(self) -> None:
+        self.scale: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.scale = trainer.precision_plugin.scaler.get_scale()

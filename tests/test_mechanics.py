@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import yaml
 from conftest import DEFAULT, fit, scalars
 from lightning.pytorch.plugins import MixedPrecision
-from probes import Recorder
+from probes import InfGradAt, Recorder
 
 from project.cli import CLI
 from project.data import DigitsDataModule
@@ -120,7 +120,7 @@ class PostStepGradNorm(L.Callback):
         self.norms.append(torch.cat([p.grad.flatten() for p in pl_module.parameters()]).norm().item())
 
 
-def _fp16_scaled_fit(clip: float | None) -> tuple[Recorder, PostStepGradNorm, L.Trainer, float]:
+def _fp16_scaled_fit(clip: float | None, *extra: L.Callback) -> tuple[Recorder, PostStepGradNorm, L.Trainer, float]:
     """5 steps of fp16 autocast with a GradScaler (on CPU, through an explicit plugin: Lightning's "16-mixed"
     flag turns into bf16 on CPU); returns the fp32 reference norm of the first step's gradient too."""
     L.seed_everything(0)
@@ -139,7 +139,7 @@ def _fp16_scaled_fit(clip: float | None) -> tuple[Recorder, PostStepGradNorm, L.
         max_steps=5,
         plugins=[precision],
         gradient_clip_val=clip,
-        callbacks=[recorder, post],
+        callbacks=[recorder, post, *extra],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -166,6 +166,17 @@ def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
 
     recorder, post, _, _ = _fp16_scaled_fit(None)
     assert post.norms == pytest.approx(recorder.grad_norms, rel=1e-6)  # without clipping: untouched
+
+
+@pytest.mark.slow
+def test_a_step_with_inf_gradients_is_skipped_under_loss_scaling() -> None:
+    probe = InfGradAt(step=2)
+    _, _, trainer, _ = _fp16_scaled_fit(1.0, probe)
+    assert probe.before and probe.after
+    for name, value in probe.before.items():
+        assert torch.equal(probe.after[name], value), f"{name} changed in a step with inf gradients"
+    assert probe.scales[1] == probe.scales[0] * 0.5  # GradScaler's backoff_factor
+    assert trainer.global_step == 5  # the skipped step still counts (Lightning #18828: so does the LR schedule)
 
 
 @pytest.mark.slow
