@@ -43,6 +43,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("ddp")
     result = run_module(
         "fit", "--config", DEFAULT, "--config", str(ROOT / "configs" / "ddp.yaml"),
+        # "ddp" as a class with a short process-group timeout: a collective that never completes fails in 60 s.
+        "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout=0:01:00",
         f"--trainer.logger.init_args.save_dir={base / 'ddp'}", "--data.batch_size=16", *COMMON,
         f"--trainer.callbacks.out_dir={base / 'ddp-records'}",
     )  # fmt: skip
