@@ -1,7 +1,10 @@
 """The command line: ``python -m project {fit,validate,test,predict} --config configs/default.yaml [--key=value]``.
 
 Every YAML key is a constructor argument of the Trainer, ``Classifier`` or ``DigitsDataModule``, type-checked by
-jsonargparse. ``fit`` ends by testing the best checkpoint.
+jsonargparse. On top of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a
+resumable checkpoint, ``fit --ckpt_path <run>/checkpoints/last.ckpt`` continues that run in its own directory,
+a checkpoint is read with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the
+best checkpoint.
 """
 
 import shutil
@@ -9,11 +12,17 @@ import sys
 from pathlib import Path
 
 import lightning as L
+from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+from project.checkpoints import AtomicCheckpointIO, load_checkpoint
 from project.data import DigitsDataModule
 from project.errors import ConfigError
+from project.interrupt import GracefulStop, Interrupted
 from project.module import Classifier
+
+# Checkpoint paths Lightning resolves itself rather than reading a file.
+_SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
 
 
 class SaveConfig(SaveConfigCallback):
@@ -47,6 +56,45 @@ class CLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.net.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.net.init_args.input_shape", apply_on="instantiate")
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's version (notes §10) silently replaces the config's model hyperparameters with the
+        checkpoint's; here a checkpoint is first read safely, and any disagreement is an error naming the key."""
+        subcommand = self.config.get("subcommand")
+        ckpt_path = subcommand and self.config[subcommand].get("ckpt_path")
+        if not ckpt_path or str(ckpt_path) in _SPECIAL_CKPT_PATHS:
+            return super()._parse_ckpt_path()
+        checkpoint = load_checkpoint(ckpt_path)
+        before = _flatten(self.config[subcommand].model.as_dict(), "model")
+        super()._parse_ckpt_path()
+        after = _flatten(self.config[subcommand].model.as_dict(), "model")
+        # A key the config leaves null (such as the shapes linked from the data) takes the checkpoint's value.
+        conflicts = [k for k in sorted(before.keys() & after.keys()) if before[k] not in (None, after[k])]
+        if conflicts:
+            shown = ", ".join(f"{k}={after[k]!r} (config: {before[k]!r})" for k in conflicts[:4])
+            raise ConfigError(
+                f"ckpt_path={ckpt_path!r} was trained with {shown}: a checkpoint's model hyperparameters cannot "
+                "change. To continue that run, use its own config (make resume RUN=<run dir>); to train with "
+                "other values, start a new run."
+            )
+        if subcommand == "fit":
+            self._continue_run_in_place(Path(ckpt_path), int(checkpoint.get("global_step", 0)))
+
+    def _continue_run_in_place(self, ckpt_path: Path, step: int) -> None:
+        """Resuming ``<run>/checkpoints/*.ckpt`` logs into ``<run>`` itself, so TensorBoard shows one curve. Events
+        the crashed process logged after this checkpoint are purged (TensorBoard's purge_step), so no step is
+        shown twice; the run's config.yaml is rewritten with the resumed config."""
+        run_dir = ckpt_path.resolve().parent.parent
+        logger = self.config.fit.trainer.logger
+        if not (run_dir / "config.yaml").is_file() or not str(getattr(logger, "class_path", "")).endswith(
+            "TensorBoardLogger"
+        ):
+            return
+        logger.init_args.save_dir = str(run_dir.parent.parent)
+        logger.init_args.name = run_dir.parent.name
+        logger.init_args.version = run_dir.name
+        logger.init_args.purge_step = step
+        self.save_config_kwargs["overwrite"] = True
+
     def before_instantiate_classes(self) -> None:
         if self.subcommand != "fit":
             return
@@ -57,6 +105,12 @@ class CLI(LightningCLI):
                 "Neither trainer.max_epochs nor trainer.max_steps is set: the run length must be known for the "
                 "LR schedule; set one of them (e.g. --trainer.max_epochs=30)."
             )
+
+    def after_instantiate_classes(self) -> None:
+        if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
+            self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if self.subcommand == "fit":
+            self.trainer.callbacks.append(GracefulStop())  # type: ignore[attr-defined]
 
     def after_fit(self) -> None:
         for stopper in self.trainer.early_stopping_callbacks:
@@ -77,3 +131,23 @@ def main(args: list[str] | None = None) -> None:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as stop:
+        if stop.rank == 0:
+            run = stop.checkpoint.parent.parent
+            print(
+                f"Interrupted by {stop}. Resume with: make resume RUN={run}  (or: python -m project fit "
+                f"--config {run}/config.yaml --ckpt_path {stop.checkpoint})",
+                file=sys.stderr,
+            )
+        sys.exit(128 + stop.signum)
+
+
+def _flatten(tree: dict, prefix: str) -> dict[str, object]:
+    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1}"""
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}.{key}"))
+        else:
+            flat[f"{prefix}.{key}"] = list(value) if isinstance(value, tuple) else value
+    return flat

@@ -5,6 +5,7 @@ own data; keep the DataModule's contract (``num_classes``, ``input_shape``, the 
 import math
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import lightning as L
 import torch
@@ -13,6 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from project.errors import ConfigError
+from project.resumable import ResumableDataLoader, ResumableSampler
 
 
 def load_digits_tensors() -> tuple[Tensor, Tensor]:
@@ -52,12 +54,19 @@ class UnpaddedDistributedSampler(DistributedSampler):
         return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
 
 
+def _run_seed() -> int:
+    """The run's seed (``seed_everything``, which Lightning exports as PL_GLOBAL_SEED), as Lightning's own samplers
+    read it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
 class DigitsDataModule(L.LightningDataModule):
     """Scikit-learn's digits, split train/val/test by a fixed seed, served to one or many processes.
 
     ``batch_size`` is per process: the global batch is batch_size x devices x num_nodes x accumulate_grad_batches.
     The train sampler is a seeded ``DistributedSampler`` on every run, one process included, so the sample order
-    depends only on the run's seed and the epoch (Lightning calls ``set_epoch``), never on global RNG state.
+    depends only on the run's seed and the epoch (Lightning calls ``set_epoch``), never on global RNG state; the
+    train loader is resumable mid-epoch (``project/resumable.py``).
     """
 
     num_classes = 10
@@ -104,6 +113,8 @@ class DigitsDataModule(L.LightningDataModule):
                 "together they must be < 1 to leave samples for training."
             )
         self.save_hyperparameters()
+        self._train_loader: ResumableDataLoader | None = None
+        self._train_loader_state: dict[str, int] | None = None
         self.train_set: DigitsDataset | None = None
         self.val_set: DigitsDataset | None = None
         self.test_set: DigitsDataset | None = None
@@ -123,20 +134,25 @@ class DigitsDataModule(L.LightningDataModule):
     def _world(self) -> tuple[int, int]:
         return (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
 
-    def _loader(self, dataset: Dataset, sampler: Sampler, drop_last: bool = False) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, sampler: Sampler, loader_class: type[DataLoader] = DataLoader, **kwargs: Any
+    ) -> DataLoader:
         workers = self.hparams["num_workers"]
         pin = self.hparams["pin_memory"]
         if pin is None:
             pin = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
-        return DataLoader(
+        return loader_class(
             dataset,
             batch_size=self.hparams["batch_size"],
             sampler=sampler,
-            drop_last=drop_last,
             num_workers=workers,
             pin_memory=pin,
             persistent_workers=self.hparams["persistent_workers"] and workers > 0,
             prefetch_factor=self.hparams["prefetch_factor"] if workers > 0 else None,
+            # Worker seeds are drawn from this generator, not from the global RNG, which stays untouched by
+            # loaders (its state is checkpointed for dropout; see project/rng.py).
+            generator=torch.Generator().manual_seed(_run_seed()),
+            **kwargs,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -144,15 +160,27 @@ class DigitsDataModule(L.LightningDataModule):
         world_size, rank = self._world()
         # drop_last=True on the sampler: with several processes the tail that does not divide evenly is dropped
         # (a different one each epoch) instead of padded with repeated samples. One process drops nothing.
-        sampler: DistributedSampler = DistributedSampler(
-            self.train_set,
-            num_replicas=world_size,
-            rank=rank,
-            shuffle=True,
-            seed=int(os.environ.get("PL_GLOBAL_SEED", 0)),
-            drop_last=True,
+        sampler = ResumableSampler(
+            self.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=_run_seed(), drop_last=True
         )
-        return self._loader(self.train_set, sampler, drop_last=self.hparams["drop_last"])
+        loader = self._loader(
+            self.train_set, sampler, ResumableDataLoader, drop_last=self.hparams["drop_last"], seed=_run_seed()
+        )
+        assert isinstance(loader, ResumableDataLoader)
+        if self._train_loader_state is not None:
+            loader.load_state_dict(self._train_loader_state)
+            self._train_loader_state = None
+        self._train_loader = loader
+        return loader
+
+    # The position in the epoch travels in the checkpoint through the DataModule's own state, which Lightning
+    # restores before anything asks for a loader. Lightning's restore of stateful loaders is skipped when the
+    # loader was built early, as configure_optimizers does by reading estimated_stepping_batches.
+    def state_dict(self) -> dict[str, Any]:
+        return {"train_loader": self._train_loader.state_dict()} if self._train_loader is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._train_loader_state = state.get("train_loader")
 
     def _eval_loader(self, dataset: DigitsDataset | None) -> DataLoader:
         assert dataset is not None, "call setup() first"

@@ -12,6 +12,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from project.errors import ConfigError
+from project.rng import capture_rng_state, restore_rng_state
 from project.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
 
 Batch = tuple[Tensor, Tensor]
@@ -117,6 +118,28 @@ class Classifier(L.LightningModule):
 
     def predict_step(self, batch: Batch, batch_idx: int) -> Tensor:
         return self(batch[0]).softmax(dim=-1)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = capture_rng_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Called before the weights are loaded: a checkpoint of another architecture gets one clear sentence.
+        own, theirs = self.state_dict(), checkpoint["state_dict"]
+        if own.keys() != theirs.keys():
+            missing, unexpected = sorted(own.keys() - theirs.keys()), sorted(theirs.keys() - own.keys())
+            raise ConfigError(
+                f"The checkpoint does not fit this model (another model.net?): parameters missing from it: "
+                f"{missing[:3]}, unknown to this model: {unexpected[:3]}."
+            )
+        for name, tensor in theirs.items():
+            if tensor.shape != own[name].shape:
+                raise ConfigError(
+                    f"The checkpoint does not fit this model (another model.net?): {name} has shape "
+                    f"{tuple(tensor.shape)} in the checkpoint but {tuple(own[name].shape)} here."
+                )
+        # Only when training resumes: loading weights for test/predict leaves the global RNG alone.
+        if self._trainer is not None and self.trainer.state.fn == "fit" and "rng_states" in checkpoint:
+            restore_rng_state(checkpoint["rng_states"])
 
     def configure_optimizers(self) -> Any:
         decay = [p for p in self.parameters() if p.requires_grad and p.ndim >= 2]

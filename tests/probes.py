@@ -146,3 +146,31 @@ class ScaleAtStart(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.scale = trainer.precision_plugin.scaler.get_scale()
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAt(L.Callback):
+    """Dies like a killed process (an exception, nothing saved) when optimizer step ``step`` is about to start,
+    or when epoch ``epoch`` is about to start. With ``signal`` set it sends itself that signal instead."""
+
+    def __init__(self, step: int | None = None, epoch: int | None = None, signal: int | None = None) -> None:
+        self.step, self.epoch, self.signal = step, epoch, signal
+
+    def _fire(self) -> None:
+        if self.signal is None:
+            raise Crash("simulated crash")
+        import os
+
+        os.kill(os.getpid(), self.signal)
+        self.step = self.epoch = None  # once
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if trainer.global_step == self.step:
+            self._fire()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            self._fire()

@@ -1,0 +1,65 @@
+"""A train DataLoader whose position inside an epoch is saved in checkpoints, so a run resumed mid-epoch continues
+with exactly the batches it would have seen next. Lightning saves and restores any train loader that has
+``state_dict``/``load_state_dict`` (notes §5); a plain DataLoader restarts the epoch from its first batch.
+"""
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+class ResumableSampler(DistributedSampler):
+    """torch's seeded ``DistributedSampler`` that can start its next epoch part-way through (``skip_next``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._skip = 0
+
+    def skip_next(self, n: int) -> None:
+        """Drop the first ``n`` samples of the next iteration only (their order is that of the current epoch)."""
+        self._skip = n
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self._skip = self._skip, 0
+        return itertools.islice(super().__iter__(), skip, None)
+
+
+class ResumableDataLoader(DataLoader):
+    """DataLoader over a ``ResumableSampler`` that counts the batches it has handed out in the current epoch.
+
+    The state is (epoch, batches consumed): counted where training consumes batches, so it is right with any
+    number of workers, whatever they prefetched. ``len()`` stays the full epoch, as Lightning expects.
+    """
+
+    sampler: ResumableSampler
+
+    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seed = seed
+        self._consumed = 0
+        self._resume: dict[str, int] | None = None
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        # A generator: nothing below runs until the first batch is requested, which Lightning does after it has
+        # called set_epoch (on a resume it restores our state, then calls iter(), then set_epoch).
+        resume, self._resume = self._resume, None
+        skip = resume["batches"] if resume is not None and resume["epoch"] == self.sampler.epoch else 0
+        assert self.batch_size is not None
+        self.sampler.skip_next(skip * self.batch_size)
+        # Worker seeds come from this generator, re-seeded per epoch: never from the global RNG, whose state
+        # (dropout) is checkpointed separately and must not depend on when an iterator was created.
+        assert self.generator is not None
+        self.generator.manual_seed(self.seed + self.sampler.epoch)
+        self._consumed = skip
+        for batch in super().__iter__():
+            self._consumed += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.sampler.epoch, "batches": self._consumed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume = dict(state)
+        self.sampler.set_epoch(state["epoch"])

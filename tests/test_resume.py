@@ -1,0 +1,75 @@
+"""A resumed run equals the uninterrupted one, bit for bit: weights, LR at every step, logged losses."""
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import DEFAULT, fit, scalars
+from probes import Crash
+
+from project.interrupt import Interrupted
+
+EPOCHS, BATCHES = 3, 10  # 30 optimizer steps
+RUN = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
+       "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")  # fmt: skip
+
+
+def _overlay(tmp_path: Path, every_n_train_steps: int | None, crash: dict | None, workers: int) -> str:
+    """Callbacks as in configs/default.yaml, last.ckpt every N steps (or per epoch), plus an optional crash."""
+    callbacks = yaml.safe_load(Path(DEFAULT).read_text())["trainer"]["callbacks"]
+    for cb in callbacks:
+        if cb["class_path"].endswith("ModelCheckpoint") and cb["init_args"].get("save_last"):
+            cb["init_args"]["every_n_train_steps"] = every_n_train_steps
+    if crash:
+        callbacks.append({"class_path": "probes.CrashAt", "init_args": crash})
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / f"overlay-{len(list(tmp_path.glob('overlay-*')))}.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}, "data": {"num_workers": workers}}))
+    return str(path)
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+def _interrupted_then_resumed(tmp_path: Path, every: int | None, crash: dict, workers: int) -> Path:
+    run = tmp_path / "digits" / "version_0"
+    with pytest.raises((Crash, Interrupted)):
+        fit(tmp_path, *RUN, configs=(DEFAULT, _overlay(tmp_path, every, crash, workers)))
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    # The resumed process: the run's own saved config, its last.ckpt (what `make resume` runs).
+    resumed = fit(
+        tmp_path, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+        configs=(str(run / "config.yaml"), _overlay(tmp_path, every, None, workers)),
+    )  # fmt: skip
+    assert resumed.trainer.global_step == EPOCHS * BATCHES
+    assert [d.name for d in (tmp_path / "digits").iterdir()] == ["version_0"]  # no second run
+    return run
+
+
+CASES = {
+    "epoch-boundary": (None, {"epoch": 1}, 0),  # crash as epoch 1 starts: resume from the end of epoch 0
+    "mid-epoch": (4, {"step": 15}, 0),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
+    "mid-epoch-2-workers": (4, {"step": 15}, 2),
+    "sigint": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0),  # Ctrl-C: saved at the next step boundary
+    "sigterm-2-workers": (None, {"step": 23, "signal": int(signal.SIGTERM)}, 2),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> None:
+    every, crash, workers = CASES[case]
+    straight = tmp_path / "straight"
+    fit(straight, *RUN, configs=(DEFAULT, _overlay(tmp_path, every, None, workers)))
+    resumed = _interrupted_then_resumed(tmp_path / "resumed", every, crash, workers)
+
+    expected, got = _final_weights(straight / "digits" / "version_0"), _final_weights(resumed)
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
+    a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)
+    for tag in ("train/loss", "lr-AdamW/pg1", "lr-AdamW/pg2", "val/loss", "val/acc"):
+        assert b[tag] == a[tag], f"{tag} differs ({case})"  # same steps, no duplicates, bitwise equal values
+    assert [s for s, _ in a["train/loss"]] == list(range(EPOCHS * BATCHES))
