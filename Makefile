@@ -2,6 +2,7 @@
 PYTHON ?= python3
 CONFIG ?= configs/default.yaml
 ARGS ?=
+RUN ?=
 PORT ?= 6006
 # Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
 TORCH_SPEC ?=
@@ -11,11 +12,11 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train resume test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' PORT=$(PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
+	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' PORT=$(PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
 
 # Reinstalled whenever pyproject.toml is newer than the last install.
 $(INSTALLED): pyproject.toml
@@ -28,6 +29,17 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
+
+# RUN defaults to the run whose last.ckpt is newest.
+resume: $(INSTALLED) ## continue RUN=logs/<name>/version_<N> (default: the latest) from its last.ckpt, in place
+	@run="$(RUN)"; \
+	if [ -z "$$run" ]; then ckpt=$$(ls -t logs/*/version_*/checkpoints/last.ckpt 2>/dev/null | head -n 1); \
+		run=$${ckpt%/checkpoints/last.ckpt}; fi; \
+	if [ -z "$$run" ] || [ ! -f "$$run/checkpoints/last.ckpt" ] || [ ! -f "$$run/config.yaml" ]; then \
+		echo "error: no run to resume: RUN='$(RUN)' has no checkpoints/last.ckpt and config.yaml (looked under logs/ when RUN is empty)." >&2; \
+		exit 2; fi; \
+	echo "Resuming $$run"; \
+	$(BIN)/python -m project fit --config "$$run/config.yaml" --ckpt_path "$$run/checkpoints/last.ckpt" $(ARGS)
 
 test: $(INSTALLED) ## run the whole test suite, slow tests included
 	$(BIN)/python -m pytest $(ARGS)

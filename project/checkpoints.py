@@ -22,7 +22,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left behind by a writer that was killed
+        # Temp files left by a writer that was killed (only one process writes a run's checkpoints); they never
+        # end in .ckpt, so nothing ever mistakes one for a checkpoint meanwhile.
+        for stale in path.parent.glob(".*.ckpt.tmp-*"):
             stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         with open(tmp, "wb") as f:

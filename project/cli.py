@@ -18,7 +18,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from project.checkpoints import AtomicCheckpointIO, load_checkpoint
 from project.data import DigitsDataModule
 from project.errors import ConfigError
-from project.interrupt import GracefulStop, Interrupted
+from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
 
 # Checkpoint paths Lightning resolves itself rather than reading a file.
@@ -109,8 +109,9 @@ class CLI(LightningCLI):
     def after_instantiate_classes(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        if self.subcommand == "fit":
-            self.trainer.callbacks.append(GracefulStop())  # type: ignore[attr-defined]
+        callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
+        if self.subcommand == "fit" and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
+            callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
 
     def after_fit(self) -> None:
         for stopper in self.trainer.early_stopping_callbacks:

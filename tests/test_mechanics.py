@@ -228,7 +228,7 @@ def _callbacks_overlay(tmp_path: Path, stopper: dict, extra: list[dict] | None =
     callbacks = [
         {
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-            "init_args": {"filename": "best", "monitor": "val/acc", "mode": "max", "save_last": True},
+            "init_args": {"filename": "best", "monitor": "val/acc", "mode": "max"},
         },
         {"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": stopper},
         *(extra or []),

@@ -9,7 +9,7 @@ import yaml
 from conftest import DEFAULT, fit, scalars
 from probes import Crash
 
-from project.interrupt import Interrupted
+from project.last_checkpoint import Interrupted
 
 EPOCHS, BATCHES = 3, 10  # 30 optimizer steps
 RUN = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
@@ -20,7 +20,7 @@ def _overlay(tmp_path: Path, every_n_train_steps: int | None, crash: dict | None
     """Callbacks as in configs/default.yaml, last.ckpt every N steps (or per epoch), plus an optional crash."""
     callbacks = yaml.safe_load(Path(DEFAULT).read_text())["trainer"]["callbacks"]
     for cb in callbacks:
-        if cb["class_path"].endswith("ModelCheckpoint") and cb["init_args"].get("save_last"):
+        if cb["class_path"].endswith("LastCheckpoint"):
             cb["init_args"]["every_n_train_steps"] = every_n_train_steps
     if crash:
         callbacks.append({"class_path": "probes.CrashAt", "init_args": crash})

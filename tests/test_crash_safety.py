@@ -1,0 +1,234 @@
+"""Crashes lose nothing, and loading a checkpoint never runs code from it."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module
+from probes import Crash, CrashAt
+
+from project.checkpoints import AtomicCheckpointIO
+from project.cli import CLI, main
+
+# A wide MLP: a ~13 MB checkpoint takes long enough to write that a kill can be aimed into the write.
+KILL_RUN = (
+    "--model.net=project.nets.MLP", "--model.net.init_args.hidden=1024", "--trainer.max_epochs=5",
+    "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2",  # 5 epochs x 20 batches = 100 steps
+)  # fmt: skip
+
+
+def _every_step_overlay(tmp_path: Path) -> str:
+    callbacks = yaml.safe_load(Path(DEFAULT).read_text())["trainer"]["callbacks"]
+    for cb in callbacks:
+        if cb["class_path"].endswith("LastCheckpoint"):
+            cb["init_args"]["every_n_train_steps"] = 1
+    path = tmp_path / "every-step.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return str(path)
+
+
+def _start(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_PORT": str(free_port())}
+    return subprocess.Popen(
+        [sys.executable, "-m", "project", "fit", *args],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(tmp_path: Path) -> None:
+    overlay = _every_step_overlay(tmp_path)
+    reference = run_module(
+        "fit", "--config", DEFAULT, "--config", overlay, f"--trainer.logger.init_args.save_dir={tmp_path / 'ref'}",
+        *KILL_RUN,
+    )  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    expected = torch.load(tmp_path / "ref/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+
+    run = tmp_path / "killed" / "digits" / "version_0"
+    last = run / "checkpoints" / "last.ckpt"
+    chooser, kills, mid_write, steps = random.Random(0), 0, 0, []
+    while kills < 10:
+        if last.is_file():
+            proc = _start("--config", str(run / "config.yaml"), "--ckpt_path", str(last))
+        else:
+            proc = _start("--config", DEFAULT, "--config", overlay,
+                          f"--trainer.logger.init_args.save_dir={tmp_path / 'killed'}", *KILL_RUN)  # fmt: skip
+        seen = last.stat().st_mtime_ns if last.is_file() else 0
+        aim_at_write = kills % 2 == 0
+        deadline = time.monotonic() + 90
+        try:
+            # Let the process get going: wait for its first checkpoint, then kill it mid-write (as soon as a temp
+            # file shows up) or after a random delay.
+            while not (last.is_file() and last.stat().st_mtime_ns != seen):
+                assert proc.poll() is None, f"the run ended before it could be killed ({kills} kills, steps {steps})"
+                assert time.monotonic() < deadline
+            if aim_at_write:
+                while not list(run.glob("checkpoints/.last.ckpt.tmp-*")):
+                    assert proc.poll() is None and time.monotonic() < deadline
+            else:
+                time.sleep(chooser.uniform(0.0, 0.3))
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kills += 1
+        mid_write += bool(list(run.glob("checkpoints/.last.ckpt.tmp-*")))
+        checkpoint = torch.load(last, weights_only=True)  # never truncated: the old file or the new one
+        steps.append(checkpoint["global_step"])
+
+    assert mid_write >= 3, f"only {mid_write} of 10 kills landed inside a checkpoint write"
+    assert steps == sorted(steps) and steps[-1] < 100, steps  # progress, and the run was not finished
+    final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last))
+    assert final.returncode == 0, final.stderr[-3000:]
+    got = torch.load(last, weights_only=True)
+    assert got["global_step"] == expected["global_step"] == 100
+    for name, value in expected["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], value), f"{name} differs from the uninterrupted run"
+    assert not list(run.glob("checkpoints/.*.tmp-*")), "stray temp files were not cleaned up"
+    assert [d.name for d in run.parent.iterdir()] == ["version_0"]
+
+
+def test_atomic_save_replaces_in_the_same_directory_and_never_truncates(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)
+    (tmp_path / ".best.ckpt.tmp-999").write_bytes(b"left by a killed writer")
+
+    def dies_mid_write(obj: object, f: object) -> None:
+        f.write(b"partial")  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}}, path)
+    monkeypatch.undo()
+    # The old checkpoint is intact; the partial write sits in a temp file beside it, which the next save removes.
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(3))
+    assert [p.name for p in tmp_path.glob(".last.ckpt.tmp-*")] == [f".last.ckpt.tmp-{os.getpid()}"]
+    io.save_checkpoint({"state_dict": {"w": torch.full((3,), 2.0)}}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.full((3,), 2.0))
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("trained")
+    fit(base, configs=(DEFAULT, DEBUG))
+    return base / "debug" / "version_0"
+
+
+@pytest.mark.slow
+def test_every_checkpoint_written_loads_with_weights_only(trained_run: Path) -> None:
+    for path in sorted((trained_run / "checkpoints").glob("*.ckpt")):
+        checkpoint = torch.load(path, weights_only=True)
+        assert {"state_dict", "optimizer_states", "lr_schedulers", "loops", "rng_states"} <= checkpoint.keys()
+        assert checkpoint["DigitsDataModule"]["train_loader"] == {"epoch": 0, "batches": 5}
+
+
+class Payload:
+    """Unpickling this would create a file: the proof that code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (Path.write_text, (self.marker, "pwned"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs(
+    subcommand: str, trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = torch.load(trained_run / "checkpoints" / "last.ckpt", weights_only=True)
+    marker = tmp_path / "pwned.txt"
+    checkpoint["extra"] = Payload(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(checkpoint, evil)
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(trained_run / "config.yaml"), f"--ckpt_path={evil}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds Python objects other than tensors and plain data" in err and "Traceback" not in err
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_bad_checkpoint_inputs_each_get_one_clear_sentence(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes((trained_run / "checkpoints" / "last.ckpt").read_bytes()[:5000])
+    not_a_checkpoint = tmp_path / "notes.ckpt"
+    not_a_checkpoint.write_text("hello")
+    cases = {
+        str(tmp_path / "missing.ckpt"): "no such checkpoint file",
+        str(truncated): "is not a readable checkpoint",
+        str(not_a_checkpoint): "is not a readable checkpoint",
+    }
+    for path, message in cases.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main(["test", "--config", str(trained_run / "config.yaml"), f"--ckpt_path={path}"])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_architecture_names_the_key_or_the_parameter(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = str(trained_run / "checkpoints" / "best.ckpt")
+    # Through the config: the checkpoint's hparams disagree with it.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["test", "--config", DEFAULT, "--model.net.init_args.channels=8", f"--ckpt_path={ckpt}"])
+    assert exit_info.value.code == 2
+    assert "model.net.init_args.channels=32 (config: 8)" in capsys.readouterr().err
+    # Without hparams to compare (e.g. a checkpoint from a hand-built model): the shapes name the parameter.
+    stripped = torch.load(ckpt, weights_only=True)
+    del stripped["hyper_parameters"]
+    bare = tmp_path / "bare.ckpt"
+    torch.save(stripped, bare)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["test", "--config", DEFAULT, "--model.net.init_args.channels=8", f"--ckpt_path={bare}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "net.layers.0.weight has shape (32, 1, 3, 3) in the checkpoint but (8, 1, 3, 3) here" in err
+
+
+@pytest.mark.slow
+def test_overriding_a_model_hyperparameter_on_resume_is_an_error(
+    trained_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(trained_run / "config.yaml"), "--model.lr=0.1",
+              f"--ckpt_path={trained_run / 'checkpoints' / 'last.ckpt'}"])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "was trained with model.lr=0.003 (config: 0.1)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp_path: Path) -> None:
+    make = ["make", "--no-print-directory", "-s", "-C", str(ROOT), "resume"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    empty = subprocess.run([*make, f"RUN={tmp_path / 'nothing'}"], capture_output=True, text=True, env=env)
+    assert empty.returncode == 2 and "no run to resume" in empty.stderr
+
+    # A run that dies as its second epoch starts (the crash is injected by hand, so it is not in config.yaml).
+    cli = CLI(["--config", DEFAULT, "--config", DEBUG, "--trainer.max_epochs=2",
+               f"--trainer.logger.init_args.save_dir={tmp_path}"], run=False)  # fmt: skip
+    cli.trainer.callbacks.append(CrashAt(epoch=1))
+    with pytest.raises(Crash):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    run = tmp_path / "debug" / "version_0"
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
+    resumed = subprocess.run([*make, f"RUN={run}"], capture_output=True, text=True, env=env, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
+    assert [d.name for d in run.parent.iterdir()] == ["version_0"]
