@@ -95,6 +95,27 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     assert [d.name for d in run.parent.iterdir()] == ["version_0"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "project", "fit", "--config", DEFAULT, f"--trainer.logger.init_args.save_dir={tmp_path}"],
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    run = tmp_path / "digits" / "version_0"
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoints" / "last.ckpt").is_file():  # training is under way (end of epoch 0)
+        assert proc.poll() is None and time.monotonic() < deadline
+    os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum
+    step = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    name = signal.Signals(signum).name
+    assert f"Interrupted by {name} after step {step}: saved {run}/checkpoints/last.ckpt" in err
+    assert f"Resume with: make resume RUN={run}" in err and "Traceback" not in err
+
+
 def test_atomic_save_replaces_in_the_same_directory_and_never_truncates(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)

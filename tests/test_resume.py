@@ -55,6 +55,8 @@ CASES = {
     "mid-epoch-2-workers": (4, {"step": 15}, 2),
     "sigint": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0),  # Ctrl-C: saved at the next step boundary
     "sigterm-2-workers": (None, {"step": 23, "signal": int(signal.SIGTERM)}, 2),
+    # Ctrl-C during an epoch's last batch: saved after that epoch's validation, as at an epoch end
+    "sigint-last-batch": (4, {"step": 19, "signal": int(signal.SIGINT)}, 0),
 }
 
 
