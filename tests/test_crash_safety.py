@@ -98,8 +98,9 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int, tmp_path: Path) -> None:
+    save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "project", "fit", "--config", DEFAULT, f"--trainer.logger.init_args.save_dir={tmp_path}"],
+        [sys.executable, "-m", "project", "fit", "--config", DEFAULT, save_dir],
         cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
         text=True, start_new_session=True,
     )  # fmt: skip
