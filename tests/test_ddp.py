@@ -137,3 +137,44 @@ def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: d
     run = runs["ddp_dir"] / "digits" / "version_0"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert runs["stdout"].count("Test of ") == 1  # the summary line is printed by rank 0 only
+
+
+@pytest.mark.slow
+def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) -> None:
+    from test_resume import RUN, _overlay
+
+    ddp = ("--config", str(ROOT / "configs" / "ddp.yaml"), "--trainer.accelerator=cpu", "--data.batch_size=16")
+    plain, crashing = _overlay(tmp_path, 4, None, 0), _overlay(tmp_path, 4, {"step": 15}, 0)
+    straight = run_module(
+        "fit",
+        "--config",
+        DEFAULT,
+        *ddp,
+        *RUN,
+        "--config",
+        plain,
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}",
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    crashed = run_module(
+        "fit", "--config", DEFAULT, *ddp, *RUN, "--config", crashing,
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
+    )  # fmt: skip
+    assert crashed.returncode != 0 and "simulated crash" in crashed.stderr
+    run = tmp_path / "b" / "digits" / "version_0"
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12  # mid epoch 1
+    resumed = run_module(
+        "fit",
+        "--config",
+        str(run / "config.yaml"),
+        "--config",
+        plain,
+        "--ckpt_path",
+        str(run / "checkpoints/last.ckpt"),
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = torch.load(tmp_path / "a/digits/version_0/checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), f"{name} differs after a DDP resume"
+    assert scalars(run)["train/loss"] == scalars(tmp_path / "a/digits/version_0")["train/loss"]
