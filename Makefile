@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train resume test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train resume profile test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,6 +29,10 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
+
+profile: $(INSTALLED) ## profile 30 training steps of CONFIG: <run>/trace.json and the top ops by self time
+	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \
+		--trainer.callbacks+=project.profiling.ProfileSteps $(ARGS)
 
 # RUN defaults to the run whose last.ckpt is newest.
 resume: $(INSTALLED) ## continue RUN=logs/<name>/version_<N> (default: the latest) from its last.ckpt, in place

@@ -9,6 +9,7 @@ best checkpoint.
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -21,6 +22,10 @@ from project.errors import ConfigError
 from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
 
+# Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
+_TRAINER_HPARAMS = (
+    "max_epochs", "max_steps", "precision", "accumulate_grad_batches", "gradient_clip_val", "devices", "num_nodes",
+)  # fmt: skip
 # Checkpoint paths Lightning resolves itself rather than reading a file.
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
 
@@ -113,17 +118,46 @@ class CLI(LightningCLI):
         if self.subcommand == "fit" and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
             callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
 
+    def before_fit(self) -> None:
+        self._started = time.perf_counter()
+        if self.trainer.is_global_zero and self.trainer.log_dir:
+            print(f"Run directory: {self.trainer.log_dir}  (resolved config: {self.trainer.log_dir}/config.yaml)")
+
     def after_fit(self) -> None:
-        for stopper in self.trainer.early_stopping_callbacks:
-            if stopper.stopping_reason_message and self.trainer.is_global_zero:
+        trainer = self.trainer
+        for stopper in trainer.early_stopping_callbacks:
+            if stopper.stopping_reason_message and trainer.is_global_zero:
                 print(f"Stopped early at epoch {stopper.stopped_epoch}: {stopper.stopping_reason_message}", flush=True)
-        checkpoint = self.trainer.checkpoint_callback
+        checkpoint = trainer.checkpoint_callback
         best = getattr(checkpoint, "best_model_path", "") or None
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, weights_only=True)
-        if self.trainer.is_global_zero:
-            metrics = self.trainer.callback_metrics
-            scores = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in ("test/acc", "test/loss") if k in metrics)
-            print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {scores}", flush=True)
+        best_score = getattr(checkpoint, "best_model_score", None)
+        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, weights_only=True)
+        if not trainer.is_global_zero:
+            return
+        metrics = trainer.callback_metrics
+        scores: dict[str, float] = {k: float(metrics[k]) for k in ("test/acc", "test/loss") if k in metrics}
+        if best_score is not None:
+            scores["best val/acc"] = float(best_score)
+        self._log_hparams_with(scores)
+        shown = "  ".join(f"{k}={v:.4f}" for k, v in scores.items())
+        took = time.perf_counter() - self._started
+        print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {shown}  ({took:.1f} s)", flush=True)
+
+    def _log_hparams_with(self, scores: dict[str, float]) -> None:
+        """The run's hyperparameters with its final scores, for TensorBoard's HPARAMS view (runs side by side)."""
+        if self.trainer.logger is None:
+            return
+        config = self.config.fit
+        params = {
+            **_flatten(config.model.as_dict(), "model"),
+            **_flatten(config.data.as_dict(), "data"),
+            **{f"trainer.{k}": config.trainer[k] for k in _TRAINER_HPARAMS},
+            "seed_everything": config.seed_everything,
+        }
+        params = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in params.items()}
+        metrics = {"hp/" + k.replace("best ", "").replace("/", "_"): v for k, v in scores.items()}
+        self.trainer.logger.log_hyperparams(params, metrics)
+        self.trainer.logger.finalize("success")  # flush: nothing else closes the writer after the test
 
 
 def main(args: list[str] | None = None) -> None:

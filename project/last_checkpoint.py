@@ -47,7 +47,7 @@ class LastCheckpoint(Checkpoint):
 
     def _save(self, trainer: L.Trainer) -> None:
         assert self.path is not None
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is not threading.main_thread():

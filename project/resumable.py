@@ -4,6 +4,7 @@ with exactly the batches it would have seen next. Lightning saves and restores a
 """
 
 import itertools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ class ResumableDataLoader(DataLoader):
 
     The state is (epoch, batches consumed): counted where training consumes batches, so it is right with any
     number of workers, whatever they prefetched. ``len()`` stays the full epoch, as Lightning expects.
+    ``wait_seconds`` adds up the time spent waiting for batches (read by ``project.monitor.TrainingMonitor``).
     """
 
     sampler: ResumableSampler
@@ -40,6 +42,7 @@ class ResumableDataLoader(DataLoader):
         self.seed = seed
         self._consumed = 0
         self._resume: dict[str, int] | None = None
+        self.wait_seconds = 0.0
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         # A generator: nothing below runs until the first batch is requested, which Lightning does after it has
@@ -53,7 +56,14 @@ class ResumableDataLoader(DataLoader):
         assert self.generator is not None
         self.generator.manual_seed(self.seed + self.sampler.epoch)
         self._consumed = skip
-        for batch in super().__iter__():
+        batches = super().__iter__()
+        while True:
+            start = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            self.wait_seconds += time.perf_counter() - start
             self._consumed += 1
             yield batch
 

@@ -174,3 +174,14 @@ class CrashAt(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
             self._fire()
+
+
+class NoSyncSteps(L.Callback):
+    """Makes any host-device sync raise during training steps that the logger does not write."""
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if (trainer.global_step + 1) % trainer.log_every_n_steps != 0:  # type: ignore[attr-defined]
+            torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        torch.cuda.set_sync_debug_mode("default")

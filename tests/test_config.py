@@ -38,7 +38,7 @@ def test_overlay_composes_over_the_default(
     assert printed[key[0]][key[1]] == expected
     # Everything else still comes from the default (overlays hold no lists that would replace the callbacks).
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
-    assert len(printed["trainer"]["callbacks"]) == 5
+    assert len(printed["trainer"]["callbacks"]) == 6
     assert printed["model"]["net"]["class_path"] == "project.nets.ConvNet"
 
 

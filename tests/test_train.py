@@ -9,7 +9,11 @@ from conftest import DEBUG, DEFAULT, accuracy, fit, scalars
 
 from project.module import Classifier
 
-EXPECTED_TAGS = {"train/loss", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW/pg1", "lr-AdamW/pg2"}
+EXPECTED_TAGS = {
+    "train/loss", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW/pg1", "lr-AdamW/pg2", "train/grad_norm",
+    "train/samples_per_sec", "train/batches_per_sec", "train/samples_per_sec_global", "train/data_wait",
+    "train/peak_rss_mb", "hp/val_acc", "hp/test_acc", "hp/test_loss",
+}  # fmt: skip
 
 
 def _is_plain(value: object) -> bool:
@@ -58,7 +62,12 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     assert accuracy(model, dm.val_set.images, dm.val_set.labels) == pytest.approx(max(val_acc), abs=1e-6)
     (test_acc,) = [v for _, v in logged["test/acc"]]
     assert accuracy(model, dm.test_set.images, dm.test_set.labels) == pytest.approx(test_acc, abs=1e-6)
-    assert f"test/acc={test_acc:.4f}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"Run directory: {run}" in out
+    assert f"Test of {ckpt_dir / 'best.ckpt'}: test/acc={test_acc:.4f}" in out
+    assert f"best val/acc={max(val_acc):.4f}" in out
+    # The HPARAMS view: the final scores, logged beside the hyperparameters.
+    assert logged["hp/test_acc"] == [(0, test_acc)] and logged["hp/val_acc"] == [(0, pytest.approx(max(val_acc)))]
 
 
 @pytest.mark.slow

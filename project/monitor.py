@@ -1,0 +1,107 @@
+"""Curves that answer "where is the time going": throughput, the fraction of time spent waiting for data, peak
+memory. Host clocks only: nothing here synchronises with the GPU or copies a tensor to the host per step
+(Lightning's ThroughputMonitor calls ``torch.cuda.synchronize()`` every batch, notes §7)."""
+
+import resource
+import sys
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+
+class TrainingMonitor(L.Callback):
+    """Logs, on the steps the logger writes (``trainer.log_every_n_steps``), averaged over the steps since the last:
+
+    - ``train/samples_per_sec`` and ``train/batches_per_sec`` of this process, and ``train/samples_per_sec_global``
+      (this process's rate times the number of processes: every process runs the same steps in lockstep);
+    - ``train/data_wait``: the fraction of wall time spent waiting for the next batch from the DataLoader
+      (timed inside the loader when it offers ``wait_seconds``, as ``ResumableDataLoader`` does; otherwise the
+      time between one batch's end and the next one's start, which also counts Lightning's own per-step work).
+      Above ``data_wait_warn`` a one-time warning suggests workers.
+
+    Per epoch: ``train/peak_gpu_mem_mb`` (``torch.cuda.max_memory_allocated``, reset each epoch) on CUDA, else
+    ``train/peak_rss_mb`` (the process's peak resident memory so far). Without a terminal (CI, a log file) it also
+    prints one line per epoch, since the progress bar then only draws its final state.
+    """
+
+    def __init__(self, data_wait_warn: float = 0.2) -> None:
+        self.data_wait_warn = data_wait_warn
+        self._warned = False
+        self._last_end: float | None = None
+        self._window_start = 0.0
+        self._wait = 0.0
+        self._samples = 0
+        self._batches = 0
+        self._windows = 0
+        self._epoch_start = 0.0
+        self._loader_wait_seen = 0.0
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start, self._wait, self._samples, self._batches = now, 0.0, 0, 0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        now = time.perf_counter()
+        self._epoch_start = now
+        self._last_end = None  # the first batch of an epoch waits for worker start-up: not counted
+        self._reset_window(now)
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        now = time.perf_counter()
+        if self._last_end is None:
+            self._reset_window(now)
+            self._loader_wait_seen = getattr(trainer.train_dataloader, "wait_seconds", 0.0)
+        elif not hasattr(trainer.train_dataloader, "wait_seconds"):
+            self._wait += now - self._last_end
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        now = self._last_end = time.perf_counter()
+        self._samples += len(batch[0]) if isinstance(batch, list | tuple) else 0
+        self._batches += 1
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+        if trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
+            return
+        elapsed = max(now - self._window_start, 1e-9)
+        loader_wait = getattr(trainer.train_dataloader, "wait_seconds", None)
+        if loader_wait is not None:
+            self._wait, self._loader_wait_seen = loader_wait - self._loader_wait_seen, loader_wait
+        data_wait = self._wait / elapsed
+        samples_per_sec = self._samples / elapsed
+        pl_module.log_dict(
+            {
+                "train/samples_per_sec": samples_per_sec,
+                "train/batches_per_sec": self._batches / elapsed,
+                "train/samples_per_sec_global": samples_per_sec * trainer.world_size,
+                "train/data_wait": data_wait,
+            },
+            on_step=True,
+            on_epoch=False,
+        )
+        self._windows += 1
+        # The first window includes warm-up (first batches, allocator growth): judge from the second on.
+        if self._windows > 1 and data_wait > self.data_wait_warn and not self._warned:
+            self._warned = True
+            rank_zero_warn(
+                f"train/data_wait = {data_wait:.0%}: the training step waits for the DataLoader {data_wait:.0%} of "
+                "the time. Try data.num_workers > 0 (with data.persistent_workers: true) and, on a GPU, "
+                "data.pin_memory: true; or make __getitem__ cheaper."
+            )
+        self._reset_window(now)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            peak = {"train/peak_gpu_mem_mb": torch.cuda.max_memory_allocated(pl_module.device) / 2**20}
+        else:  # ru_maxrss is in KiB on Linux
+            peak = {"train/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        pl_module.log_dict(peak, on_step=False, on_epoch=True)
+        if not sys.stdout.isatty():
+            metrics = trainer.callback_metrics
+            shown = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in ("val/loss", "val/acc") if k in metrics)
+            took = time.perf_counter() - self._epoch_start
+            rank_zero_info(f"epoch {trainer.current_epoch}: {shown}  ({took:.1f} s)")

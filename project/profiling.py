@@ -1,0 +1,54 @@
+"""`make profile`: a few dozen training steps under ``torch.profiler``, after a warm-up."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+class ProfileSteps(L.Callback):
+    """Profiles optimizer steps ``warmup`` .. ``warmup + steps`` (CPU, and CUDA when training on it; shapes and
+    memory), then writes ``<run dir>/trace.json`` (open it in chrome://tracing or https://ui.perfetto.dev) and
+    prints the ops that took the most self time (CUDA time on a GPU, else CPU) and the fraction of wall time the
+    steps waited for data."""
+
+    def __init__(self, warmup: int = 5, steps: int = 30, row_limit: int = 15) -> None:
+        self.warmup, self.steps, self.row_limit = warmup, steps, row_limit
+        self._profiler: profile | None = None
+        self._done = False
+        self._wait_at_start = 0.0
+        self._started_at = 0.0
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if self._profiler is not None or self._done or trainer.global_step < self.warmup:
+            return
+        activities = [ProfilerActivity.CPU]
+        if pl_module.device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._profiler = profile(activities=activities, record_shapes=True, profile_memory=True)
+        self._profiler.__enter__()
+        self._wait_at_start = getattr(trainer.train_dataloader, "wait_seconds", 0.0)
+        self._started_at = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if self._profiler is None or trainer.global_step < self.warmup + self.steps:
+            return
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize()  # once, so the profiled window holds the GPU work it queued
+        elapsed = time.perf_counter() - self._started_at
+        waited = getattr(trainer.train_dataloader, "wait_seconds", 0.0) - self._wait_at_start
+        self._profiler.__exit__(None, None, None)
+        profiler, self._profiler, self._done = self._profiler, None, True
+        if not trainer.is_global_zero:
+            return
+        trace = Path(trainer.log_dir or ".") / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        sort_by = "self_cuda_time_total" if pl_module.device.type == "cuda" else "self_cpu_time_total"
+        print(profiler.key_averages().table(sort_by=sort_by, row_limit=self.row_limit))
+        print(
+            f"Profiled optimizer steps {self.warmup}..{trainer.global_step - 1} ({elapsed:.2f} s): data wait "
+            f"{waited / elapsed:.1%} of the time. Trace: {trace} (chrome://tracing or https://ui.perfetto.dev)"
+        )

@@ -1,0 +1,152 @@
+"""What a run shows: throughput and data-wait curves, peak memory, the HPARAMS view, a real TensorBoard server
+serving them, the profiler's trace, and a console log that stays readable without a terminal."""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module, scalars
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from project.data import DigitsDataset
+
+SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
+         "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_throughput_and_data_wait_are_consistent_and_quiet_when_data_is_fast(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    fit(tmp_path, *SHORT)
+    logged = scalars(tmp_path / "digits" / "version_0")
+    steps = [s for s, _ in logged["train/samples_per_sec"]]
+    assert steps == [1, 3, 5, 7]  # logging steps only (log_every_n_steps=2)
+    for (_, samples), (_, batches), (_, global_) in zip(
+        logged["train/samples_per_sec"],
+        logged["train/batches_per_sec"],
+        logged["train/samples_per_sec_global"],
+        strict=True,
+    ):
+        assert samples / batches == pytest.approx(64)  # every batch is a full batch of 64
+        assert global_ == samples  # one process
+    assert all(0 <= v < 0.5 for _, v in logged["train/data_wait"])
+    assert not [w for w in recwarn if "train/data_wait" in str(w.message)]
+    (_, peak), *_ = logged["train/peak_rss_mb"]
+    assert 50 < peak <= __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.slow
+def test_a_slow_dataset_shows_in_data_wait_and_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast_getitem = DigitsDataset.__getitem__
+
+    def slow_getitem(self: DigitsDataset, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(0.002)  # 128 ms per batch of 64, against a step of a few ms
+        return fast_getitem(self, index)
+
+    monkeypatch.setattr(DigitsDataset, "__getitem__", slow_getitem)
+    with pytest.warns(UserWarning, match=r"train/data_wait = \d+%: .*data.num_workers") as caught:
+        fit(tmp_path, *SHORT)
+    assert len([w for w in caught if "train/data_wait" in str(w.message)]) == 1
+    waits = [v for _, v in scalars(tmp_path / "digits" / "version_0")["train/data_wait"]]
+    assert all(0.7 < v <= 1.0 for v in waits), waits
+
+
+def _hparams_plugin(run: Path) -> tuple[dict[str, object], set[str]]:
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    session = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"])
+    values = {k: v.number_value or v.string_value for k, v in session.session_start_info.hparams.items()}
+    return values, {m.name.tag for m in experiment.experiment.metric_infos}
+
+
+@pytest.mark.slow
+def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) -> None:
+    fit(tmp_path, "--model.lr=0.002", configs=(DEFAULT, DEBUG))
+    values, metrics = _hparams_plugin(tmp_path / "debug" / "version_0")
+    assert values["model.lr"] == pytest.approx(0.002)
+    assert values["model.net.class_path"] == "project.nets.ConvNet"
+    assert values["data.batch_size"] == 64 and values["trainer.precision"] == "32-true"
+    assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss"}
+
+
+@pytest.mark.slow
+def test_a_real_tensorboard_server_serves_the_runs_curves(tmp_path: Path) -> None:
+    fit(tmp_path, *SHORT)
+    expected = scalars(tmp_path / "digits" / "version_0")
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",
+         "--port", str(port), "--load_fast=false", "--reload_interval=1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def get(path: str) -> object:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return json.loads(response.read())
+
+    try:
+        deadline, tags = time.monotonic() + 60, {}
+        while "digits/version_0" not in tags:
+            assert server.poll() is None and time.monotonic() < deadline, "TensorBoard did not serve the run"
+            try:
+                tags = get("/data/plugin/scalars/tags")  # type: ignore[assignment]
+            except OSError:
+                time.sleep(0.3)
+        served = set(tags["digits/version_0"])
+        assert served >= {"train/loss", "val/acc", "val/loss", "test/acc", "lr-AdamW/pg1", "train/grad_norm",
+                          "train/samples_per_sec", "train/data_wait", "train/peak_rss_mb"}  # fmt: skip
+        for tag in ("train/loss", "val/acc", "train/data_wait"):
+            query = urllib.parse.urlencode({"run": "digits/version_0", "tag": tag})
+            rows = get(f"/data/plugin/scalars/scalars?{query}")
+            assert [(step, pytest.approx(value)) for _, step, value in rows] == expected[tag]  # type: ignore[union-attr]
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.slow
+def test_profile_writes_a_chrome_trace_and_prints_the_top_ops(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    fit(
+        tmp_path, "--trainer.callbacks+=project.profiling.ProfileSteps", "--trainer.callbacks.steps=10",
+        configs=(DEFAULT, str(ROOT / "configs" / "profile.yaml")),
+    )  # fmt: skip
+    trace = json.loads((tmp_path / "profile" / "version_0" / "trace.json").read_text())
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert "aten::addmm" in names and "aten::convolution" in names  # the ConvNet's ops, really recorded
+    out = capsys.readouterr().out
+    assert "Self CPU time total" in out and "aten::addmm" in out
+    assert "Profiled optimizer steps 5..14" in out and "data wait" in out
+
+
+@pytest.mark.slow
+def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> None:
+    result = run_module("fit", "--config", DEFAULT, "--config", DEBUG, "--trainer.max_epochs=3",
+                        f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert f"Run directory: {tmp_path}/debug/version_0" in log
+    for epoch in range(3):
+        assert f"epoch {epoch}: val/loss=" in log  # one line per epoch, since no bar is redrawn
+    assert "best val/acc=" in log and "test/acc=" in log
+    assert len(log.splitlines()) < 120 and "\r" not in log  # no redraw spam
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (host syncs only exist with a device)")
+def test_training_steps_make_no_host_device_sync(tmp_path: Path) -> None:
+    # Every non-logging step (forward, backward, clipping, AdamW, metrics, self.log) runs with CUDA's sync
+    # debug mode set to "error": any .item(), .cpu() or implicit sync raises.
+    fit(tmp_path, "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed",
+        "--trainer.log_every_n_steps=50", "--trainer.max_epochs=1", "--trainer.callbacks+=probes.NoSyncSteps",
+        configs=(DEFAULT,))  # fmt: skip
