@@ -12,11 +12,12 @@ from project.cli import main
 BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
 DDP = str(ROOT / "configs" / "ddp.yaml")
+PROFILE = str(ROOT / "configs" / "profile.yaml")  # run by tests/test_observability.py
 
 
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
-    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP}
+    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE}
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,7 @@ def test_every_shipped_config_is_covered_here() -> None:
         (FP16, ("trainer", "precision"), "16-mixed"),
         (DDP, ("trainer", "strategy"), "ddp"),
         (DEBUG, ("trainer", "limit_train_batches"), 5),
+        (PROFILE, ("trainer", "max_steps"), 40),
     ],
 )
 def test_overlay_composes_over_the_default(
