@@ -4,6 +4,7 @@ CONFIG ?= configs/default.yaml
 ARGS ?=
 RUN ?=
 PORT ?= 6006
+PORT_NB ?= 8888
 # Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
 TORCH_SPEC ?=
 
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train resume profile test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train resume profile notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -54,6 +55,10 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)"
 	$(BIN)/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
+
+notebooks: $(INSTALLED) ## open JupyterLab on 127.0.0.1 (installs jupyterlab into .venv on first use)
+	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install jupyterlab
+	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT_NB) --notebook-dir notebooks
 
 lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
 	$(BIN)/ruff check project tests

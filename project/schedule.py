@@ -23,6 +23,15 @@ def warmup_cosine_lr(step: int, peak_lr: float, min_lr: float, warmup_steps: int
     return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def planned_steps(batches_per_epoch: int, accumulate_grad_batches: int, max_epochs: int, max_steps: int = -1) -> int:
+    """The run's number of optimizer steps, as Lightning's ``trainer.estimated_stepping_batches`` computes it
+    (one process; with several, ``batches_per_epoch`` is per process)."""
+    if max_epochs < 0:  # no epoch limit
+        return max_steps
+    steps = math.ceil(batches_per_epoch / accumulate_grad_batches) * max_epochs
+    return steps if max_steps < 0 else min(steps, max_steps)
+
+
 def check_warmup(warmup: int | float) -> None:
     """``warmup`` is a step count (an int >= 0) or a fraction of the run (a float in [0, 1))."""
     if isinstance(warmup, float) and not 0.0 <= warmup < 1.0:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from project.cli import CLI
+from project.runs import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = str(ROOT / "configs" / "default.yaml")
@@ -70,11 +70,7 @@ def run_module(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series in a run directory's TensorBoard event files, read with TensorBoard's own reader."""
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+scalars = read_scalars  # every scalar series of a run directory: {tag: [(step, value), ...]}
 
 
 def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:

@@ -17,6 +17,7 @@ from project.cli import CLI
 from project.data import DigitsDataModule
 from project.module import Classifier
 from project.nets import ConvNet
+from project.schedule import planned_steps
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of configs/default.yaml
 
@@ -58,6 +59,17 @@ def test_lr_used_at_every_optimizer_step_is_the_closed_form(
     cli = fit(tmp_path, *args, *SHORT)
     lrs = recorder_of(cli).lrs
     assert cli.trainer.global_step == total
+    trainer = cli.trainer  # the notebooks' planned_steps agrees with Lightning's own estimate
+    assert (
+        total
+        == trainer.estimated_stepping_batches
+        == planned_steps(
+            int(trainer.num_training_batches),
+            trainer.accumulate_grad_batches,
+            trainer.max_epochs or -1,
+            trainer.max_steps,
+        )
+    )
     assert len(lrs) == total
     for step, groups in enumerate(lrs):
         for lr in groups:  # both param groups (decay / no decay) follow the same curve

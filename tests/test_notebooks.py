@@ -1,0 +1,65 @@
+"""The notebooks run top to bottom on a real Jupyter kernel, and are committed without outputs."""
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from conftest import DEBUG, DEFAULT, ROOT, fit
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_the_notebooks_are_there_and_committed_without_outputs() -> None:
+    assert [p.name for p in NOTEBOOKS] == ["01_data_and_schedule.ipynb", "02_inspect_run.ipynb"]
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has outputs: strip them"
+
+
+def _execute(path: Path, env: dict[str, str]) -> nbformat.NotebookNode:
+    notebook = nbformat.read(path, as_version=4)
+    saved = dict(os.environ)
+    os.environ.update({**env, "OMP_NUM_THREADS": "1"})  # the kernel inherits this environment
+    try:
+        NotebookClient(
+            notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        ).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return notebook
+
+
+def _text(notebook: nbformat.NotebookNode) -> str:
+    return "\n".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def _images(notebook: nbformat.NotebookNode) -> int:
+    return sum("image/png" in o.get("data", {}) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.slow
+def test_data_and_schedule_notebook_runs() -> None:
+    notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb", {})
+    assert _images(notebook) == 3  # sample grid, class balance, LR curve
+    assert "images: (64, 1, 8, 8) torch.float32" in _text(notebook)
+
+
+@pytest.mark.slow
+def test_inspect_run_notebook_runs_on_a_given_run(tmp_path: Path) -> None:
+    fit(tmp_path, configs=(DEFAULT, DEBUG))
+    notebook = _execute(
+        ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(tmp_path / "debug" / "version_0")}
+    )
+    assert "test accuracy of best.ckpt" in _text(notebook)
+    assert _images(notebook) >= 2  # confusion matrix and curves (and the mistakes, if any)
+
+
+@pytest.mark.slow
+def test_inspect_run_notebook_trains_a_tiny_run_when_there_is_none(tmp_path: Path) -> None:
+    notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_LOGS_DIR": str(tmp_path)})
+    assert (tmp_path / "debug" / "version_0" / "checkpoints" / "best.ckpt").is_file()
+    assert f"run: {tmp_path / 'debug' / 'version_0'}" in _text(notebook)
