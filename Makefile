@@ -3,6 +3,8 @@ PYTHON ?= python3
 CONFIG ?= configs/default.yaml
 ARGS ?=
 RUN ?=
+INPUT ?=
+OUTPUT ?=
 PORT ?= 6006
 PORT_NB ?= 8888
 # Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
@@ -13,11 +15,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train resume profile notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train resume predict export profile notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' PORT=$(PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
+	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
+	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
 
 # Reinstalled whenever pyproject.toml is newer than the last install.
 $(INSTALLED): pyproject.toml
@@ -30,6 +33,16 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
+
+predict: $(INSTALLED) ## predict with RUN's best.ckpt on the test split (or INPUT=.npy/.csv/image folder) -> CSV
+	@test -n "$(RUN)" || { echo "error: give the run: make predict RUN=logs/<name>/version_<N> [INPUT=...] [OUTPUT=...]" >&2; exit 2; }
+	$(BIN)/python -m project predict --config $(RUN)/config.yaml --ckpt_path $(RUN)/checkpoints/best.ckpt \
+		$(if $(INPUT),--data.predict_path=$(INPUT)) \
+		$(if $(OUTPUT),--trainer.callbacks+=project.predict.CSVPredictionWriter --trainer.callbacks.output=$(OUTPUT)) $(ARGS)
+
+export: $(INSTALLED) ## export RUN's best.ckpt to model.onnx + model.pt2 (torch.export) with a parity check
+	@test -n "$(RUN)" || { echo "error: give the run: make export RUN=logs/<name>/version_<N>" >&2; exit 2; }
+	$(BIN)/python -m project.export $(RUN) $(ARGS)
 
 profile: $(INSTALLED) ## profile 30 training steps of CONFIG: <run>/trace.json and the top ops by self time
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \

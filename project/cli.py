@@ -21,6 +21,7 @@ from project.data import DigitsDataModule
 from project.errors import ConfigError
 from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
+from project.predict import CSVPredictionWriter
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -31,9 +32,14 @@ _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
 
 
 class SaveConfig(SaveConfigCallback):
-    """Lightning's config saver, which also removes the run directory it created when the run dies of a
+    """Lightning's config saver, for ``fit`` only (validate/test/predict of a run must not start a new run
+    directory with a config.yaml in it). It also removes the run directory it created when the run dies of a
     ``ConfigError`` (e.g. warmup longer than the run, found only once the run length is known) before any
     checkpoint: a bad value leaves no empty run behind in logs/."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            super().setup(trainer, pl_module, stage)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, ConfigError) and self.already_saved and trainer.is_global_zero and trainer.log_dir:
@@ -101,6 +107,10 @@ class CLI(LightningCLI):
         self.save_config_kwargs["overwrite"] = True
 
     def before_instantiate_classes(self) -> None:
+        if self.subcommand == "predict":
+            # Predictions are written in input order by one process, and log nothing.
+            trainer = self.config.predict.trainer
+            trainer.devices, trainer.num_nodes, trainer.strategy, trainer.logger = 1, 1, "auto", False
         if self.subcommand != "fit":
             return
         trainer = self.config.fit.trainer
@@ -115,6 +125,10 @@ class CLI(LightningCLI):
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
+        if self.subcommand == "predict" and not any(isinstance(cb, CSVPredictionWriter) for cb in callbacks):
+            ckpt_path = self.config.predict.get("ckpt_path")
+            run_dir = Path(ckpt_path).resolve().parent.parent if ckpt_path else Path.cwd()
+            callbacks.append(CSVPredictionWriter(str(run_dir / "predictions.csv")))
         if self.subcommand == "fit" and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
             callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
 

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from project.errors import ConfigError
+from project.predict import load_inputs
 from project.resumable import ResumableDataLoader, ResumableSampler
 
 
@@ -83,6 +84,7 @@ class DigitsDataModule(L.LightningDataModule):
         val_fraction: float = 0.15,
         test_fraction: float = 0.15,
         split_seed: int = 1234,
+        predict_path: str | None = None,
     ) -> None:
         """
         Args:
@@ -96,6 +98,8 @@ class DigitsDataModule(L.LightningDataModule):
             test_fraction: fraction of all samples held out for the final test.
             split_seed: seed of the train/val/test split, fixed apart from the run's seed so that runs with
                 different seeds are scored on the same test set.
+            predict_path: what ``predict`` runs on: a .npy/.csv file or a folder of images (see
+                ``project/predict.py``); None = the test split.
         """
         super().__init__()
         if batch_size < 1:
@@ -118,8 +122,12 @@ class DigitsDataModule(L.LightningDataModule):
         self.train_set: DigitsDataset | None = None
         self.val_set: DigitsDataset | None = None
         self.test_set: DigitsDataset | None = None
+        self.predict_set: DigitsDataset | None = None
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "predict" and self.hparams["predict_path"] and self.predict_set is None:
+            images = load_inputs(self.hparams["predict_path"])
+            self.predict_set = DigitsDataset(images, torch.full((len(images),), -1, dtype=torch.int64))
         if self.train_set is not None:
             return
         images, labels = load_digits_tensors()
@@ -196,4 +204,4 @@ class DigitsDataModule(L.LightningDataModule):
         return self._eval_loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.test_set)
+        return self._eval_loader(self.predict_set or self.test_set)

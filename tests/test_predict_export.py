@@ -1,0 +1,128 @@
+"""Using the trained model: predict to a CSV (test split or your files), export to ONNX and torch.export."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import DEBUG, DEFAULT, fit, scalars
+from PIL import Image
+
+from project.cli import main
+from project.errors import ConfigError
+from project.export import ParityError, export
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("trained")
+    fit(base, "--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_test_batches=1.0",
+        configs=(DEFAULT, DEBUG))  # fmt: skip
+    return base / "debug" / "version_0"
+
+
+@pytest.fixture(scope="module")
+def test_images(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    from project.data import DigitsDataModule
+
+    dm = DigitsDataModule.load_from_checkpoint(run / "checkpoints" / "best.ckpt", weights_only=True)
+    dm.setup("test")
+    return dm.test_set.images, dm.test_set.labels
+
+
+def _predict(run: Path, *args: str) -> list[dict[str, str]]:
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}", *args])
+    with open(run / "predictions.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_predict_on_the_test_split_agrees_with_trainer_test(run: Path, test_images: tuple) -> None:
+    rows = _predict(run)
+    _, labels = test_images
+    assert [int(r["index"]) for r in rows] == list(range(len(labels)))
+    predicted = torch.tensor([int(r["predicted"]) for r in rows])
+    probabilities = torch.tensor([[float(r[f"prob_{c}"]) for c in range(10)] for r in rows])
+    assert torch.allclose(probabilities.sum(1), torch.ones(len(rows)), atol=1e-4)
+    assert torch.equal(predicted, probabilities.argmax(1))
+    # test/acc as trainer.test computed it on the same (best) checkpoint at the end of fit.
+    (_, test_acc), *_ = scalars(run)["test/acc"]
+    assert (predicted == labels).float().mean().item() == pytest.approx(test_acc, abs=1e-6)
+    assert not (run.parent / "version_1").exists()  # predict starts no new run
+
+
+def test_predict_on_your_own_files(run: Path, test_images: tuple, tmp_path: Path) -> None:
+    images, _ = test_images
+    expected = [r["predicted"] for r in _predict(run)][:12]
+    np.save(tmp_path / "inputs.npy", images[:12].reshape(12, 64).numpy())
+    np.savetxt(tmp_path / "inputs.csv", images[:12].reshape(12, 64).numpy(), delimiter=",")
+    folder = tmp_path / "pngs"
+    folder.mkdir()
+    for i, image in enumerate(images[:12]):  # a dark digit on white paper, 32x32 pixels
+        pixels = np.kron((255 * (1 - image[0].numpy())).round().astype(np.uint8), np.ones((4, 4), np.uint8))
+        Image.fromarray(pixels, mode="L").save(folder / f"{i:02d}.png")
+    for source in (tmp_path / "inputs.npy", tmp_path / "inputs.csv", folder):
+        rows = _predict(run, f"--data.predict_path={source}")
+        assert [r["predicted"] for r in rows] == expected, source.name
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (np.zeros((5, 63), np.float32), "holds an array shaped (5, 63); expected N rows of 64 values"),
+        (np.full((2, 64), 16.0, np.float32), "values must be finite and in [0, 1]"),
+        ("not,numbers\n", "could not be read as numbers"),
+        (None, "no such file or folder"),
+    ],
+    ids=["wrong-shape", "wrong-scale", "not-numbers", "missing"],
+)
+def test_a_malformed_input_file_gets_a_clear_error(
+    run: Path, tmp_path: Path, content: object, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / ("bad.csv" if isinstance(content, str) else "bad.npy")
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        np.save(path, content)
+    with pytest.raises(SystemExit) as exit_info:
+        _predict(run, f"--data.predict_path={path}")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"data.predict_path='{path}'" in err and message in err and "Traceback" not in err
+
+
+def test_export_round_trip_with_parity_and_a_dynamic_batch(run: Path, test_images: tuple) -> None:
+    import onnxruntime
+
+    from project.module import Classifier
+
+    checkpoint = run / "checkpoints" / "best.ckpt"
+    metadata = export(checkpoint)
+    out = checkpoint.parent
+    assert json.loads((out / "model.json").read_text()) == metadata
+    for name in ("onnx", "pt2"):
+        assert metadata["parity"][name]["max_abs_logit_diff"] <= 1e-4
+        assert metadata["parity"][name]["argmax_agreement"] == 1.0
+    # Independently of export(): both files, batch sizes 1 and 37, against the checkpoint's model.
+    images, _ = test_images
+    model = Classifier.load_from_checkpoint(checkpoint, weights_only=True).eval()
+    session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    program = torch.export.load(out / "model.pt2").module()
+    for n in (1, 37):
+        with torch.inference_mode():
+            expected = model(images[:n])
+        onnx_logits = torch.from_numpy(session.run(None, {"images": images[:n].numpy()})[0])
+        torch.testing.assert_close(onnx_logits, expected, rtol=0, atol=1e-4)
+        torch.testing.assert_close(program(images[:n]), expected, rtol=0, atol=1e-4)
+    with pytest.raises(ParityError):  # the check bites: no tolerance is met by a negative bound
+        export(checkpoint, tolerance=-1.0)
+
+
+def test_export_without_the_extra_says_which_to_install(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[export\]'"):
+        export(run / "checkpoints" / "best.ckpt")
