@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train resume predict export profile notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train resume predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,18 +69,21 @@ tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)"
 	$(BIN)/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
+bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
+	$(BIN)/python benchmarks/bench.py $(ARGS)
+
 notebooks: $(INSTALLED) ## open JupyterLab on 127.0.0.1 (installs jupyterlab into .venv on first use)
 	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install jupyterlab
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT_NB) --notebook-dir notebooks
 
 lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
-	$(BIN)/ruff check project tests
-	$(BIN)/ruff format --check project tests
+	$(BIN)/ruff check project tests benchmarks
+	$(BIN)/ruff format --check project tests benchmarks
 	$(BIN)/mypy project
 
 format: $(INSTALLED) ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix project tests
-	$(BIN)/ruff format project tests
+	$(BIN)/ruff check --fix project tests benchmarks
+	$(BIN)/ruff format project tests benchmarks
 
 clean: ## remove caches and build leftovers (keeps logs/ and .venv/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache build *.egg-info
