@@ -2,12 +2,19 @@
 one process on the same global batch (and with closed forms for the sample order and the LR)."""
 
 import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEFAULT, ROOT, fit, run_module, scalars
+from conftest import DEFAULT, ROOT, fit, free_port, run_module, scalars
 from test_mechanics import expected_lr
 
 from project.module import Classifier
@@ -178,3 +185,88 @@ def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) 
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after a DDP resume"
     assert scalars(run)["train/loss"] == scalars(tmp_path / "a/digits/version_0")["train/loss"]
+
+
+def _two_launches(envs: list[dict[str, str]], args: list[str], logs: Path, timeout: float = 240) -> list[str]:
+    """Two processes started side by side (two "nodes" on loopback), their output in files (a full pipe would
+    block a rank inside a collective); both killed if either hangs. Returns their outputs; asserts exit 0."""
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT / "tests")}
+    logs.mkdir(parents=True, exist_ok=True)
+    files = [open(logs / f"node{i}.log", "w+") for i in range(len(envs))]  # noqa: SIM115
+    procs = [
+        subprocess.Popen(
+            args, cwd=ROOT, env={**base, **env}, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        for env, f in zip(envs, files, strict=True)
+    ]
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "a two-node run hung"
+            time.sleep(0.2)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    outputs = []
+    for proc, f in zip(procs, files, strict=True):
+        f.seek(0)
+        outputs.append(f.read())
+        f.close()
+        assert proc.returncode == 0, outputs[-1][-3000:]
+    return outputs
+
+
+def _free_port_in(low: int, high: int) -> int:
+    for port in random.Random().sample(range(low, high), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in [{low}, {high})")
+
+
+def _assert_matches_single_process(records: Path, runs: dict) -> None:
+    single = runs["single"]
+    r0, r1 = (torch.load(records / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0["world_size"] == r1["world_size"] == 2
+    for step, (b, b0, b1) in enumerate(zip(single["batches"], r0["batches"], r1["batches"], strict=True)):
+        assert sorted(b) == sorted(b0 + b1), f"global batch {step}"
+    for name, value in single["final_state"].items():
+        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path: Path) -> None:
+    fit_args = ["fit", "--config", DEFAULT, "--data.batch_size=16", *COMMON, "--trainer.strategy=ddp",
+                "--trainer.num_nodes=2", "--trainer.devices=1", f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
+                f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
+    # Two torchrun agents, one per "node", meeting through a c10d rendezvous on loopback (node ranks assigned by it).
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nnodes=2", "--nproc-per-node=1",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]  # fmt: skip
+    _two_launches([{}, {}], [*torchrun, "-m", "project", *fit_args], tmp_path / "out")
+    _assert_matches_single_process(tmp_path / "records", runs)
+    assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == ["version_0"]  # one run directory
+
+
+@pytest.mark.slow
+def test_slurm_shaped_two_tasks_take_ranks_from_slurm_and_rank_zero_writes_alone(runs: dict, tmp_path: Path) -> None:
+    port = _free_port_in(15000, 25000)  # SLURMEnvironment's port is 15000 + the job id's last 4 digits
+    slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "2", "SLURM_NODELIST": "localhost",
+             "SLURM_JOB_NAME": "digits", "SLURM_JOB_ID": str(port - 15000)}  # fmt: skip
+    envs = [{**slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": "0", "SLURM_NODEID": str(r)} for r in (0, 1)]
+    fit_args = [sys.executable, "-m", "project", "fit", "--config", DEFAULT, "--data.batch_size=16", *COMMON,
+                "--trainer.strategy=ddp", "--trainer.num_nodes=2", "--trainer.devices=1",
+                f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
+                f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
+    outputs = _two_launches(envs, fit_args, tmp_path / "out")
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]  # rank from SLURM_PROCID
+    _assert_matches_single_process(tmp_path / "records", runs)
+    run_dirs = [d.name for d in (tmp_path / "logs" / "digits").iterdir()]
+    assert run_dirs == ["version_0"]
+    assert sorted(p.name for p in (tmp_path / "logs" / "digits" / "version_0" / "checkpoints").iterdir()) == [
+        "best.ckpt",
+        "last.ckpt",
+    ]
