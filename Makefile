@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train resume predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train train-ddp resume predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,10 @@ export: $(INSTALLED) ## export RUN's best.ckpt to model.onnx + model.pt2 (torch.
 profile: $(INSTALLED) ## profile 30 training steps of CONFIG: <run>/trace.json and the top ops by self time
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \
 		--trainer.callbacks+=project.profiling.ProfileSteps $(ARGS)
+
+train-ddp: $(INSTALLED) ## train CONFIG on every local GPU with DDP (2 processes on a CPU-only machine)
+	$(BIN)/python -m project fit --config $(CONFIG) --config configs/ddp.yaml \
+		--trainer.devices=$$($(BIN)/python -c "import torch; print(torch.cuda.device_count() or 2)") $(ARGS)
 
 # RUN defaults to the run whose last.ckpt is newest.
 resume: $(INSTALLED) ## continue RUN=logs/<name>/version_<N> (default: the latest) from its last.ckpt, in place

@@ -11,8 +11,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
+import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -62,6 +64,10 @@ class CLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
+            help="torch.set_float32_matmul_precision: 'high' lets float32 matmuls use TF32 on Ampere+ GPUs",
+        )  # fmt: skip
         # Shapes come from the data, so nobody types them twice (and they cannot disagree).
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.net.init_args.num_classes", apply_on="instantiate")
@@ -107,6 +113,8 @@ class CLI(LightningCLI):
         self.save_config_kwargs["overwrite"] = True
 
     def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        torch.set_float32_matmul_precision(config.float32_matmul_precision)
         if self.subcommand == "predict":
             # Predictions are written in input order by one process, and log nothing.
             trainer = self.config.predict.trainer

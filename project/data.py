@@ -76,7 +76,7 @@ class DigitsDataModule(L.LightningDataModule):
     def __init__(
         self,
         batch_size: int = 64,
-        num_workers: int = 0,
+        num_workers: int | None = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
         prefetch_factor: int = 2,
@@ -89,7 +89,9 @@ class DigitsDataModule(L.LightningDataModule):
         """
         Args:
             batch_size: samples per batch per process.
-            num_workers: DataLoader worker processes (0 = load in the training process; right for in-memory data).
+            num_workers: DataLoader worker processes (0 = load in the training process, right for in-memory data;
+                None = one per CPU core available to this process, shared among the processes on this machine,
+                at most 8).
             pin_memory: page-locked host memory for faster host-to-GPU copies; ``None`` = on when training on CUDA.
             persistent_workers: keep workers alive between epochs (only applies when num_workers > 0).
             prefetch_factor: batches each worker loads ahead (only applies when num_workers > 0).
@@ -104,7 +106,7 @@ class DigitsDataModule(L.LightningDataModule):
         super().__init__()
         if batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size!r}: the batch size must be >= 1.")
-        if num_workers < 0:
+        if num_workers is not None and num_workers < 0:
             raise ConfigError(f"data.num_workers={num_workers!r}: the worker count must be >= 0.")
         if prefetch_factor < 1:
             raise ConfigError(f"data.prefetch_factor={prefetch_factor!r}: must be >= 1.")
@@ -146,6 +148,10 @@ class DigitsDataModule(L.LightningDataModule):
         self, dataset: Dataset, sampler: Sampler, loader_class: type[DataLoader] = DataLoader, **kwargs: Any
     ) -> DataLoader:
         workers = self.hparams["num_workers"]
+        if workers is None:
+            per_machine = self.trainer.num_devices if self.trainer else 1
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            workers = min(8, max(1, cores // per_machine))
         pin = self.hparams["pin_memory"]
         if pin is None:
             pin = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"

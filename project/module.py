@@ -31,6 +31,7 @@ class Classifier(L.LightningModule):
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
         label_smoothing: float = 0.0,
+        compile: bool | str = False,
     ) -> None:
         """
         Args:
@@ -44,6 +45,9 @@ class Classifier(L.LightningModule):
                 to biases or normalisation weights).
             betas: AdamW's moment coefficients.
             label_smoothing: cross-entropy label smoothing in [0, 1).
+            compile: ``torch.compile`` the net (true: the default inductor backend; a string names another
+                backend, e.g. "eager" to debug). Compiled in place (``nn.Module.compile``), so parameter names and
+                checkpoints are those of the plain net and load into an uncompiled model.
         """
         super().__init__()
         if not lr > 0:
@@ -68,6 +72,12 @@ class Classifier(L.LightningModule):
         self.test_loss = MeanMetric(nan_strategy="disable")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def configure_model(self) -> None:
+        compile = self.hparams["compile"]
+        if compile and not getattr(self, "_compiled", False):
+            self.net.compile(**({} if compile is True else {"backend": compile}))
+            self._compiled = True
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)

@@ -13,11 +13,12 @@ BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
 DDP = str(ROOT / "configs" / "ddp.yaml")
 PROFILE = str(ROOT / "configs" / "profile.yaml")  # run by tests/test_observability.py
+GPU = str(ROOT / "configs" / "gpu.yaml")  # needs CUDA to run; its compile path is run below on CPU
 
 
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
-    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE}
+    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU}
 
 
 @pytest.mark.parametrize(
@@ -28,6 +29,7 @@ def test_every_shipped_config_is_covered_here() -> None:
         (DDP, ("trainer", "strategy"), "ddp"),
         (DEBUG, ("trainer", "limit_train_batches"), 5),
         (PROFILE, ("trainer", "max_steps"), 40),
+        (GPU, ("model", "compile"), True),
     ],
 )
 def test_overlay_composes_over_the_default(
@@ -83,6 +85,24 @@ def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path
     net = saved["hyper_parameters"]["net"]
     assert net["class_path"] == "project.nets.MLP"
     assert net["init_args"] == {"input_shape": (1, 8, 8), "num_classes": 10, "hidden": 32, "dropout": 0.1}
+
+
+@pytest.mark.slow
+def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_path: Path) -> None:
+    from project.module import Classifier
+
+    cli = fit(tmp_path, "--model.compile=eager", "--data.num_workers=null", configs=(DEFAULT, DEBUG))
+    assert cli.model.net._compiled_call_impl is not None  # really compiled (the eager backend: fast on a CPU)
+    assert cli.datamodule.train_dataloader().num_workers >= 1  # null: from the CPU count
+    best = tmp_path / "debug" / "version_0" / "checkpoints" / "best.ckpt"
+    state = torch.load(best, weights_only=True)["state_dict"]
+    assert not [k for k in state if "_orig_mod" in k]
+    plain = Classifier.load_from_checkpoint(best, weights_only=True, compile=False).eval()
+    assert plain.net._compiled_call_impl is None  # an uncompiled net takes the checkpoint as it is
+    x = cli.datamodule.test_set.images[:16]
+    cli.model.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), cli.model.eval()(x))
 
 
 BAD_INPUTS = [
