@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -74,6 +75,17 @@ class Classifier(L.LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
     def configure_model(self) -> None:
+        # FSDP2 (configs/fsdp.yaml: ModelParallelStrategy provides the device mesh): shard every layer with
+        # weights, then the whole net, over the data-parallel dimension. Before the optimizer is built.
+        if self.device_mesh is not None and not getattr(self, "_sharded", False):
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self.device_mesh["data_parallel"]
+            for layer in self.net.modules():
+                if isinstance(layer, nn.Linear | nn.Conv2d):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(self.net, mesh=mesh)
+            self._sharded = True
         compile = self.hparams["compile"]
         if compile and not getattr(self, "_compiled", False):
             self.net.compile(**({} if compile is True else {"backend": compile}))
@@ -113,7 +125,10 @@ class Classifier(L.LightningModule):
         # norm. Computed on device (one fused reduction, no host copy per parameter), on logging steps only.
         if self._is_logging_step():
             grads = [p.grad for p in self.parameters() if p.grad is not None]
-            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
+            norm = torch.nn.utils.get_total_norm(grads)
+            if isinstance(norm, DTensor):  # sharded gradients (FSDP): the norm over all shards
+                norm = norm.full_tensor()
+            self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
     def _evaluate(self, batch: Batch, loss_metric: MeanMetric, acc_metric: MulticlassAccuracy) -> None:
         x, y = batch
@@ -151,8 +166,8 @@ class Classifier(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Called before the weights are loaded: a checkpoint of another architecture gets one clear sentence.
-        own, theirs = self.state_dict(), checkpoint["state_dict"]
-        if own.keys() != theirs.keys():
+        own, theirs = self.state_dict(), checkpoint.get("state_dict", {})  # FSDP loads the weights itself
+        if theirs and own.keys() != theirs.keys():
             missing, unexpected = sorted(own.keys() - theirs.keys()), sorted(theirs.keys() - own.keys())
             raise ConfigError(
                 f"The checkpoint does not fit this model (another model.net?): parameters missing from it: "

@@ -13,12 +13,13 @@ BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
 DDP = str(ROOT / "configs" / "ddp.yaml")
 PROFILE = str(ROOT / "configs" / "profile.yaml")  # run by tests/test_observability.py
+FSDP = str(ROOT / "configs" / "fsdp.yaml")  # run by tests/test_ddp.py
 GPU = str(ROOT / "configs" / "gpu.yaml")  # needs CUDA to run; its compile path is run below on CPU
 
 
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
-    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU}
+    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP}
 
 
 @pytest.mark.parametrize(
@@ -30,6 +31,7 @@ def test_every_shipped_config_is_covered_here() -> None:
         (DEBUG, ("trainer", "limit_train_batches"), 5),
         (PROFILE, ("trainer", "max_steps"), 40),
         (GPU, ("model", "compile"), True),
+        (FSDP, ("trainer", "devices"), 2),
     ],
 )
 def test_overlay_composes_over_the_default(
