@@ -107,7 +107,8 @@ class Classifier(L.LightningModule):
     def _is_logging_step(self) -> bool:
         """Whether the optimizer step under way is one the logger writes: ``global_step + 1`` is that step's
         number, as Lightning's ``should_update_logs`` counts before the step."""
-        return (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0  # type: ignore[attr-defined]
+        every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]
+        return every > 0 and (self.trainer.global_step + 1) % every == 0
 
     def _tail_window_correction(self, batch_idx: int) -> float:
         """Lightning divides every micro-batch loss by ``accumulate_grad_batches`` (k), also in an epoch's last

@@ -65,7 +65,7 @@ class TrainingMonitor(L.Callback):
         self._samples += len(batch[0]) if isinstance(batch, list | tuple) else 0
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
-        if trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
+        if every <= 0 or trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
             return
         elapsed = max(now - self._window_start, 1e-9)
         loader_wait = getattr(trainer.train_dataloader, "wait_seconds", None)
