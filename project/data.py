@@ -177,9 +177,7 @@ class DigitsDataModule(L.LightningDataModule):
         sampler = ResumableSampler(
             self.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=_run_seed(), drop_last=True
         )
-        loader = self._loader(
-            self.train_set, sampler, ResumableDataLoader, drop_last=self.hparams["drop_last"], seed=_run_seed()
-        )
+        loader = self._loader(self.train_set, sampler, ResumableDataLoader, drop_last=self.hparams["drop_last"])
         assert isinstance(loader, ResumableDataLoader)
         if self._train_loader_state is not None:
             loader.load_state_dict(self._train_loader_state)
@@ -210,4 +208,4 @@ class DigitsDataModule(L.LightningDataModule):
         return self._eval_loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._eval_loader(self.predict_set or self.test_set)
+        return self._eval_loader(self.predict_set if self.predict_set is not None else self.test_set)

@@ -44,10 +44,10 @@ def load_inputs(path: str | Path) -> Tensor:
             )
     except ValueError as err:
         raise ConfigError(f"data.predict_path={str(path)!r} could not be read as numbers: {err}") from None
-    if values.ndim < 2 or values[0].size != 64 or values.shape[1:] not in ((64,), (8, 8), SHAPE):
+    if values.ndim < 2 or len(values) == 0 or values.shape[1:] not in ((64,), (8, 8), SHAPE):
         raise ConfigError(
-            f"data.predict_path={str(path)!r} holds an array shaped {values.shape}; expected N rows of 64 values "
-            "(N x 64, N x 8 x 8 or N x 1 x 8 x 8)."
+            f"data.predict_path={str(path)!r} holds an array shaped {values.shape}; expected N >= 1 rows of 64 "
+            "values (N x 64, N x 8 x 8 or N x 1 x 8 x 8)."
         )
     images = torch.as_tensor(values, dtype=torch.float32).reshape(-1, *SHAPE)
     if not torch.isfinite(images).all() or images.min() < 0 or images.max() > 1:

@@ -37,9 +37,8 @@ class ResumableDataLoader(DataLoader):
 
     sampler: ResumableSampler
 
-    def __init__(self, *args: Any, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.seed = seed
         self._consumed = 0
         self._resume: dict[str, int] | None = None
         self.wait_seconds = 0.0
@@ -51,10 +50,10 @@ class ResumableDataLoader(DataLoader):
         skip = resume["batches"] if resume is not None and resume["epoch"] == self.sampler.epoch else 0
         assert self.batch_size is not None
         self.sampler.skip_next(skip * self.batch_size)
-        # Worker seeds come from this generator, re-seeded per epoch: never from the global RNG, whose state
-        # (dropout) is checkpointed separately and must not depend on when an iterator was created.
+        # Worker seeds come from this generator, re-seeded per epoch from the sampler's seed: never from the global
+        # RNG, whose state (dropout) is checkpointed separately and must not depend on when an iterator was made.
         assert self.generator is not None
-        self.generator.manual_seed(self.seed + self.sampler.epoch)
+        self.generator.manual_seed(self.sampler.seed + self.sampler.epoch)
         self._consumed = skip
         batches = super().__iter__()
         while True:

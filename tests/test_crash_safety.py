@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module
 from probes import Crash, CrashAt
+from test_resume import _overlay
 
 from project.checkpoints import AtomicCheckpointIO
 from project.cli import CLI, main
@@ -22,16 +22,6 @@ KILL_RUN = (
     "--model.net=project.nets.MLP", "--model.net.init_args.hidden=1024", "--trainer.max_epochs=5",
     "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2",  # 5 epochs x 20 batches = 100 steps
 )  # fmt: skip
-
-
-def _every_step_overlay(tmp_path: Path) -> str:
-    callbacks = yaml.safe_load(Path(DEFAULT).read_text())["trainer"]["callbacks"]
-    for cb in callbacks:
-        if cb["class_path"].endswith("LastCheckpoint"):
-            cb["init_args"]["every_n_train_steps"] = 1
-    path = tmp_path / "every-step.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
-    return str(path)
 
 
 def _start(*args: str) -> subprocess.Popen:
@@ -44,7 +34,7 @@ def _start(*args: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(tmp_path: Path) -> None:
-    overlay = _every_step_overlay(tmp_path)
+    overlay = _overlay(tmp_path, every_n_train_steps=1, crash=None, workers=0)
     reference = run_module(
         "fit", "--config", DEFAULT, "--config", overlay, f"--trainer.logger.init_args.save_dir={tmp_path / 'ref'}",
         *KILL_RUN,

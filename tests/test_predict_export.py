@@ -73,12 +73,13 @@ def test_predict_on_your_own_files(run: Path, test_images: tuple, tmp_path: Path
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (np.zeros((5, 63), np.float32), "holds an array shaped (5, 63); expected N rows of 64 values"),
+        (np.zeros((5, 63), np.float32), "holds an array shaped (5, 63); expected N >= 1 rows of 64 values"),
+        (np.zeros((0, 64), np.float32), "holds an array shaped (0, 64); expected N >= 1 rows of 64 values"),
         (np.full((2, 64), 16.0, np.float32), "values must be finite and in [0, 1]"),
         ("not,numbers\n", "could not be read as numbers"),
         (None, "no such file or folder"),
     ],
-    ids=["wrong-shape", "wrong-scale", "not-numbers", "missing"],
+    ids=["wrong-shape", "empty", "wrong-scale", "not-numbers", "missing"],
 )
 def test_a_malformed_input_file_gets_a_clear_error(
     run: Path, tmp_path: Path, content: object, message: str, capsys: pytest.CaptureFixture[str]
