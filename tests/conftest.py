@@ -3,6 +3,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +17,68 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = str(ROOT / "configs" / "default.yaml")
 DEBUG = str(ROOT / "configs" / "debug.yaml")
 
+# What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
+# environment, and a nested `make resume` would read them back (ARGS= pytest flags given to the CLI).
+_MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
+_MAKEFILE_VARIABLES = ("ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC")
+
+
+def _git_status() -> str | None:
+    try:
+        out = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None  # None: not a git checkout
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name in (*_MAKE_ENV, *_MAKEFILE_VARIABLES):
+        os.environ.pop(name, None)
+    config.stash[_STATUS] = _git_status()
+
+
+_STATUS = pytest.StashKey[str | None]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests write only under their tmp_path: a checkout the suite changed fails the run, naming the files."""
+    before, after = session.config.stash.get(_STATUS, None), _git_status()
+    if before is not None and after is not None and after != before:
+        changed = sorted(set(after.splitlines()) - set(before.splitlines()))
+        print(f"\nerror: the tests changed the checkout (git status --porcelain):\n" + "\n".join(changed))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_scratch: Path | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scratch_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global _scratch
+    _scratch = tmp_path_factory.mktemp("scratch")
+
+
+def scratch_dir() -> Path:
+    """A fresh empty directory inside pytest's temporary tree: the working directory of a subprocess."""
+    return Path(tempfile.mkdtemp(prefix="cwd-", dir=_scratch))
+
+
+@pytest.fixture(autouse=True)
+def _work_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own tmp_path: a relative path written by mistake never lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
+
 
 @pytest.fixture(autouse=True)
 def _restore_environment() -> Iterator[None]:
-    """Lightning writes PL_GLOBAL_SEED and friends into os.environ; no test may see another's."""
+    """Lightning writes PL_GLOBAL_SEED and friends into os.environ; no test may see another's. Rich's global
+    console (the progress bar's) is bound to the stdout of the test that first used it; each test gets its own."""
+    import rich
+
     saved = dict(os.environ)
+    rich._console = None
     yield
+    rich._console = None
     os.environ.clear()
     os.environ.update(saved)
 
@@ -38,11 +95,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_module(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``python -m project ...`` in a fresh process: the real entry point, or a real Lightning DDP launch.
 
     Loopback only, a fresh port per call, ``tests/`` importable (for ``probes``), and on timeout the whole
     process group (Lightning's launcher and the ranks it started) is killed, so a hang cannot stall the suite.
+    It runs in ``cwd`` (default: a fresh empty directory), never in the checkout: whatever it writes by mistake
+    into its working directory cannot land in the repository.
     """
     env = {
         **os.environ,
@@ -54,7 +113,7 @@ def run_module(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "project", *args],
-        cwd=ROOT,
+        cwd=cwd or scratch_dir(),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -64,8 +64,8 @@ class Recorder(L.Callback):
     ) -> None:
         self.lrs.append([group["lr"] for group in optimizer.param_groups])
         grads = [p.grad.detach().flatten() for p in pl_module.parameters() if p.grad is not None]
-        flat = torch.cat(grads).float()
-        self.grad_norms.append(flat.norm().item())
+        flat = torch.cat(grads)  # in the run's own dtype: a float64 run is compared in float64
+        self.grad_norms.append(flat.float().norm().item())
         if self.keep_grads:
             self.grads.append(flat.clone())
 
@@ -185,3 +185,29 @@ class NoSyncSteps(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         torch.cuda.set_sync_debug_mode("default")
+
+
+class FullStateAtSteps(L.Callback):
+    """The full weights and full (pre-clip) gradients at each of the first ``steps`` optimizer steps, gathered from
+    FSDP's shards on every rank (a collective), saved by rank 0 to ``out`` as a list of (weights, grads)."""
+
+    def __init__(self, out: str, steps: int = 3) -> None:
+        self.out, self.steps = out, steps
+        self.records: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = []
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if trainer.global_step >= self.steps:
+            return
+        from torch.distributed.tensor import DTensor
+
+        def full(t: torch.Tensor) -> torch.Tensor:
+            return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
+
+        params = list(pl_module.net.named_parameters())
+        self.records.append(({n: full(p) for n, p in params}, {n: full(p.grad) for n, p in params}))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            torch.save(self.records, self.out)

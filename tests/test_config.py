@@ -11,7 +11,7 @@ from project.cli import main
 
 BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
-DDP = str(ROOT / "configs" / "ddp.yaml")
+DDP = str(ROOT / "configs" / "ddp.yaml")  # run by tests/test_ddp.py
 PROFILE = str(ROOT / "configs" / "profile.yaml")  # run by tests/test_observability.py
 FSDP = str(ROOT / "configs" / "fsdp.yaml")  # run by tests/test_ddp.py
 GPU = str(ROOT / "configs" / "gpu.yaml")  # needs CUDA to run; its compile path is run below on CPU
@@ -58,24 +58,6 @@ def test_precision_overlay_runs_a_debug_fit(overlay: str, tmp_path: Path) -> Non
     last = torch.load(tmp_path / "debug" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 5
     assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
-
-
-@pytest.mark.slow
-def test_ddp_overlay_trains_two_processes_into_one_run_directory(tmp_path: Path) -> None:
-    result = run_module(
-        "fit",
-        *("--config", DEFAULT, "--config", DDP, "--config", DEBUG),
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--trainer.accelerator=cpu",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "MEMBER: 2/2" in result.stderr + result.stdout
-    assert [d.name for d in (tmp_path / "debug").iterdir()] == ["version_0"]
-    run = tmp_path / "debug" / "version_0"
-    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["devices"] == 2
-    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert last["global_step"] == 5
-    assert "test/acc=" in result.stdout
 
 
 @pytest.mark.slow

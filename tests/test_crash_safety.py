@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module
+from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module, scratch_dir
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
@@ -28,7 +28,7 @@ def _start(*args: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_PORT": str(free_port())}
     return subprocess.Popen(
         [sys.executable, "-m", "project", "fit", *args],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=scratch_dir(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
 
 
@@ -45,7 +45,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     run = tmp_path / "killed" / "digits" / "version_0"
     last = run / "checkpoints" / "last.ckpt"
     chooser, kills, mid_write, steps = random.Random(0), 0, 0, []
-    while kills < 10:
+    while kills < 6:
         if last.is_file():
             proc = _start("--config", str(run / "config.yaml"), "--ckpt_path", str(last))
         else:
@@ -73,7 +73,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
         checkpoint = torch.load(last, weights_only=True)  # never truncated: the old file or the new one
         steps.append(checkpoint["global_step"])
 
-    assert mid_write >= 3, f"only {mid_write} of 10 kills landed inside a checkpoint write"
+    assert mid_write >= 2, f"only {mid_write} of 6 kills landed inside a checkpoint write"
     assert steps == sorted(steps) and steps[-1] < 100, steps  # progress, and the run was not finished
     final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last))
     assert final.returncode == 0, final.stderr[-3000:]
@@ -91,7 +91,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int
     save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "project", "fit", "--config", DEFAULT, save_dir],
-        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
         text=True, start_new_session=True,
     )  # fmt: skip
     run = tmp_path / "digits" / "version_0"

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEFAULT, ROOT, fit, free_port, run_module, scalars
+import yaml
+from conftest import DEFAULT, ROOT, fit, free_port, run_module, scalars, scratch_dir
 from test_mechanics import expected_lr
 
 from project.module import Classifier
+from project.nets import ConvNet
 
 # Odd-sized val and test splits (ceil(1797 * 0.105) = 189 each), so 2 ranks get 95 + 94 samples: a padding
 # sampler would evaluate one sample twice. 1797 - 2 * 189 = 1419 training samples.
@@ -28,9 +30,17 @@ COMMON = (
     "--data.val_fraction=0.105",
     "--data.test_fraction=0.105",
     "--model.net.init_args.dropout=0.0",  # dropout draws differ per rank; the equivalence is about the data path
+    # float64: the processes sum gradients in another order than one process's batch mean, exact in real
+    # arithmetic; in float32 that rounding (6e-8) grew to ~1e-6 weight differences over the 88 AdamW steps, in
+    # float64 (1.1e-16) it stays ~1e-14, so the runs can be held to ATOL below.
+    "--trainer.precision=64-true",
     "--trainer.callbacks+=probes.Recorder",
 )
 SEED, N_TRAIN, GLOBAL_BATCH, STEPS_PER_EPOCH = 42, 1419, 32, 1419 // 32  # 44 full global batches per epoch
+# Weights of two float64 runs that differ only in summation order: ~100x the run's rounding amplification (~40,
+# measured in the accumulation test) times float64's unit roundoff, with a factor > 10^3 to spare; a real
+# difference (a sample missed or seen twice, a wrong LR step) moves weights by >= 1e-5.
+ATOL = 1e-10
 
 
 def _permutation(epoch: int) -> list[int]:
@@ -39,9 +49,9 @@ def _permutation(epoch: int) -> list[int]:
 
 
 def _eval_by_hand(checkpoint: Path, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
-    model = Classifier.load_from_checkpoint(checkpoint, weights_only=True).eval()
+    model = Classifier.load_from_checkpoint(checkpoint, weights_only=True).double().eval()  # as the run (64-true)
     with torch.no_grad():
-        logits = model(images)
+        logits = model(images.double())
     return (logits.argmax(-1) == labels).float().mean().item(), F.cross_entropy(logits, labels).item()
 
 
@@ -67,6 +77,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "single": torch.load(base / "single-records" / "rank0.pt", weights_only=True),
         "ddp_dir": base / "ddp",
         "stdout": result.stdout,
+        "log": result.stdout + result.stderr,
         "datamodule": single.datamodule,
     }
 
@@ -115,9 +126,7 @@ def test_ddp_weights_equal_one_process_on_the_combined_batch(runs: dict) -> None
     (r0, r1), single = runs["ranks"], runs["single"]
     for name, value in single["final_state"].items():
         assert torch.equal(r0["final_state"][name], r1["final_state"][name]), f"replicas diverged at {name}"
-        # 88 AdamW steps; gloo's all-reduce sums in another order than one process's batch mean, and Adam
-        # magnifies those float32 differences (as in the accumulation test), so: atol 1e-5 (lr is 3e-3).
-        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
 @pytest.mark.slow
@@ -144,6 +153,9 @@ def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: d
     run = runs["ddp_dir"] / "digits" / "version_0"
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert runs["stdout"].count("Test of ") == 1  # the summary line is printed by rank 0 only
+    # configs/ddp.yaml (launched by Lightning itself): two members, saved in the run's config.
+    assert "MEMBER: 2/2" in runs["log"]
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["devices"] == 2
 
 
 @pytest.mark.slow
@@ -195,7 +207,7 @@ def _two_launches(envs: list[dict[str, str]], args: list[str], logs: Path, timeo
     files = [open(logs / f"node{i}.log", "w+") for i in range(len(envs))]  # noqa: SIM115
     procs = [
         subprocess.Popen(
-            args, cwd=ROOT, env={**base, **env}, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+            args, cwd=scratch_dir(), env={**base, **env}, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
         for env, f in zip(envs, files, strict=True)
     ]
@@ -235,7 +247,7 @@ def _assert_matches_single_process(records: Path, runs: dict) -> None:
     for step, (b, b0, b1) in enumerate(zip(single["batches"], r0["batches"], r1["batches"], strict=True)):
         assert sorted(b) == sorted(b0 + b1), f"global batch {step}"
     for name, value in single["final_state"].items():
-        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
 @pytest.mark.slow
@@ -274,16 +286,33 @@ def test_slurm_shaped_two_tasks_take_ranks_from_slurm_and_rank_zero_writes_alone
 
 @pytest.mark.slow
 def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: dict, tmp_path: Path) -> None:
-    # FSDP2 (fully_shard) through ModelParallelStrategy, which runs on CPUs with gloo (strategy: fsdp does not).
-    no_recorder = [a for a in COMMON if "probes.Recorder" not in a]  # the recorder does not read sharded grads
+    # FSDP2 (fully_shard) through ModelParallelStrategy, which runs on CPUs with gloo (strategy: fsdp does not)
+    # and only in float32, so the comparison is made from the same state: at each of the first optimizer steps
+    # the full weights and the full gradient that FSDP computed from its shards are gathered, and the gradient
+    # is recomputed here in float64 from those very weights on the same global batch.
+    no_recorder = [a for a in COMMON if "probes.Recorder" not in a and "precision" not in a]
     result = run_module(
         "fit", "--config", DEFAULT, "--config", str(ROOT / "configs" / "fsdp.yaml"), "--data.batch_size=16",
         *no_recorder, f"--trainer.logger.init_args.save_dir={tmp_path}",
+        "--trainer.callbacks+=probes.FullStateAtSteps", f"--trainer.callbacks.out={tmp_path / 'fsdp.pt'}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     last = torch.load(tmp_path / "digits" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 2 * STEPS_PER_EPOCH
     for name, value in runs["single"]["final_state"].items():
         assert last["state_dict"][name].shape == value.shape  # saved whole, not as shards
-        torch.testing.assert_close(last["state_dict"][name], value, rtol=0, atol=1e-5, msg=name)
     assert "train/grad_norm" in scalars(tmp_path / "digits" / "version_0")  # the norm over all shards
+
+    snapshots = torch.load(tmp_path / "fsdp.pt", weights_only=True)
+    train_set = runs["datamodule"].train_set.inner  # the single run's split (unwrapped from the Recorder)
+    assert len(snapshots) == 3
+    for step, (weights, grads) in enumerate(snapshots):
+        net = ConvNet((1, 8, 8), 10, dropout=0.0).double()
+        net.load_state_dict({k: v.double() for k, v in weights.items()})
+        batch = torch.tensor(runs["single"]["batches"][step])  # the global batch one process trained on
+        F.cross_entropy(net(train_set.images[batch].double()), train_set.labels[batch]).backward()
+        for name, param in net.named_parameters():
+            # float32 forward+backward against float64: reductions of up to ~10^3 terms at unit roundoff 6e-8
+            # leave ~1e-5 of the gradient's scale; a wrong shard, a missing sum or half the batch is O(1) off.
+            scale = param.grad.abs().max().item()
+            torch.testing.assert_close(grads[name].double(), param.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)

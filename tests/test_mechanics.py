@@ -83,6 +83,7 @@ def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recor
         f"--data.batch_size={batch_size}",
         f"--trainer.accumulate_grad_batches={accumulate}",
         "--trainer.max_epochs=1",
+        "--trainer.precision=64-true",
         "--model.net.init_args.dropout=0.0",
         *SHORT,
         "--trainer.callbacks.keep_grads=true",
@@ -101,15 +102,20 @@ def test_accumulation_equals_the_large_batch_including_the_partial_last_window(t
     flat_small = [i for b in small.batches() for i in b]
     assert flat_small == [i for b in large.batches() for i in b]
     assert len(small.grads) == len(large.grads) == 105
-    # Every optimizer step sees the same (pre-clip) gradient, the last partial window included: without the
-    # tail correction its gradient would be 3/4 of the large batch's.
+    assert small.grads[0].dtype == torch.float64
+    # The two runs are equal in exact arithmetic at every step; only the summation order differs (4 means of 3
+    # vs one mean of 12). They run in float64 so that this rounding cannot grow into a visible trajectory
+    # difference: in float32 (unit roundoff 6e-8) the weights drifted ~2.5e-6 apart over these 105 AdamW steps,
+    # i.e. the run amplifies rounding ~40x; float64's 1.1e-16 gives ~5e-15 (measured: 2e-14 on weights, 5e-16
+    # on gradients), and the bounds below leave a factor > 10^3 for other kernels. The bug it guards, a tail step with 3/4 of its gradient, moves
+    # weights by ~1e-4: seven orders of magnitude above the bound.
     for step, (g_small, g_large) in enumerate(zip(small.grads, large.grads, strict=True)):
-        torch.testing.assert_close(g_small, g_large, rtol=1e-5, atol=1e-7, msg=f"gradient of step {step}")
-    # Weights after all 105 AdamW steps: float32 summation order differs (4 sums of 3 vs one of 12), and Adam
-    # divides by sqrt(v), which magnifies the ~1e-8 gradient differences; measured 2.5e-6 at most, while one
-    # step moves a weight by up to lr = 3e-3. A 3/4-sized last gradient alone would move weights by ~1e-4.
+        torch.testing.assert_close(g_small, g_large, rtol=1e-9, atol=1e-11, msg=f"gradient of step {step}")
     for name, value in large.final_state.items():
-        torch.testing.assert_close(small.final_state[name], value, rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(small.final_state[name], value, rtol=0, atol=1e-10, msg=name)
+    # The bound bites: the uncorrected tail (3/4 of the gradient) is far outside it.
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(small.grads[-1] * 0.75, large.grads[-1], rtol=1e-9, atol=1e-11)
 
 
 @pytest.mark.slow

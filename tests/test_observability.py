@@ -7,6 +7,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -45,18 +46,34 @@ def test_throughput_and_data_wait_are_consistent_and_quiet_when_data_is_fast(
 
 @pytest.mark.slow
 def test_a_slow_dataset_shows_in_data_wait_and_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_getitem = DigitsDataset.__getitem__
+    # Nothing here compares a wall-clock ratio with a fixed bar (the machine may be loaded): the injected sleep
+    # is a lower bound on the measured wait, the slow run's curve is compared with the same run without it, and
+    # the warning is checked against the values the run logged.
+    fit(tmp_path / "fast", *SHORT)
+    fast = [v for _, v in scalars(tmp_path / "fast" / "digits" / "version_0")["train/data_wait"]]
+
+    sleep, fast_getitem = 0.002, DigitsDataset.__getitem__
 
     def slow_getitem(self: DigitsDataset, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(0.002)  # 128 ms per batch of 64, against a step of a few ms
+        time.sleep(sleep)
         return fast_getitem(self, index)
 
     monkeypatch.setattr(DigitsDataset, "__getitem__", slow_getitem)
-    with pytest.warns(UserWarning, match=r"train/data_wait = \d+%: .*data.num_workers") as caught:
-        fit(tmp_path, *SHORT)
-    assert len([w for w in caught if "train/data_wait" in str(w.message)]) == 1
-    waits = [v for _, v in scalars(tmp_path / "digits" / "version_0")["train/data_wait"]]
-    assert all(0.7 < v <= 1.0 for v in waits), waits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = fit(tmp_path / "slow", *SHORT)
+    loader = cli.datamodule._train_loader
+    assert loader.state_dict()["batches"] == 8
+    assert loader.wait_seconds >= 8 * 64 * sleep  # every sleep was inside the timed wait
+    slow = [v for _, v in scalars(tmp_path / "slow" / "digits" / "version_0")["train/data_wait"]]
+    assert len(slow) == len(fast) == 4 and all(0 < v <= 1 for v in slow)
+    assert min(slow) > max(fast), (slow, fast)
+    # One warning, from the first window after the first (warm-up) whose value crossed data_wait_warn (0.2).
+    warned = [str(w.message) for w in caught if "train/data_wait" in str(w.message)]
+    above = [v for v in slow[1:] if v > 0.2]
+    assert len(warned) == min(1, len(above))
+    if above:
+        assert warned[0].startswith(f"train/data_wait = {above[0]:.0%}: ") and "data.num_workers" in warned[0]
 
 
 def _hparams_plugin(run: Path) -> tuple[dict[str, object], set[str]]:
