@@ -12,8 +12,8 @@ from torch.profiler import ProfilerActivity, profile
 class ProfileSteps(L.Callback):
     """Profiles optimizer steps ``warmup`` .. ``warmup + steps`` (CPU, and CUDA when training on it; shapes and
     memory), then writes ``<run dir>/trace.json`` (open it in chrome://tracing or https://ui.perfetto.dev) and
-    prints the ops that took the most self time (CUDA time on a GPU, else CPU) and the fraction of wall time the
-    steps waited for data."""
+    prints (and saves as ``<run dir>/profile.txt``) the ops that took the most self time (CUDA time on a GPU, else
+    CPU) and the fraction of wall time the steps waited for data."""
 
     def __init__(self, warmup: int = 5, steps: int = 30, row_limit: int = 15) -> None:
         self.warmup, self.steps, self.row_limit = warmup, steps, row_limit
@@ -44,11 +44,14 @@ class ProfileSteps(L.Callback):
         profiler, self._profiler, self._done = self._profiler, None, True
         if not trainer.is_global_zero:
             return
-        trace = Path(trainer.log_dir or ".") / "trace.json"
+        run_dir = Path(trainer.log_dir or ".")
+        trace = run_dir / "trace.json"
         profiler.export_chrome_trace(str(trace))
         sort_by = "self_cuda_time_total" if pl_module.device.type == "cuda" else "self_cpu_time_total"
-        print(profiler.key_averages().table(sort_by=sort_by, row_limit=self.row_limit))
-        print(
+        report = (
+            f"{profiler.key_averages().table(sort_by=sort_by, row_limit=self.row_limit)}\n"
             f"Profiled optimizer steps {self.warmup}..{trainer.global_step - 1} ({elapsed:.2f} s): data wait "
-            f"{waited / elapsed:.1%} of the time. Trace: {trace} (chrome://tracing or https://ui.perfetto.dev)"
+            f"{waited / elapsed:.1%} of the time. Trace: {trace} (chrome://tracing or https://ui.perfetto.dev)\n"
         )
+        (run_dir / "profile.txt").write_text(report)  # the console may be a progress bar's, or gone
+        print(report, end="")

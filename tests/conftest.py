@@ -45,7 +45,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before, after = session.config.stash.get(_STATUS, None), _git_status()
     if before is not None and after is not None and after != before:
         changed = sorted(set(after.splitlines()) - set(before.splitlines()))
-        print(f"\nerror: the tests changed the checkout (git status --porcelain):\n" + "\n".join(changed))
+        print("\nerror: the tests changed the checkout (git status --porcelain):\n" + "\n".join(changed))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -91,8 +91,8 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int
     save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "project", "fit", "--config", DEFAULT, save_dir],
-        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        text=True, start_new_session=True,
+        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
     run = tmp_path / "digits" / "version_0"
     deadline = time.monotonic() + 120

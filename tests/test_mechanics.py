@@ -107,8 +107,8 @@ def test_accumulation_equals_the_large_batch_including_the_partial_last_window(t
     # vs one mean of 12). They run in float64 so that this rounding cannot grow into a visible trajectory
     # difference: in float32 (unit roundoff 6e-8) the weights drifted ~2.5e-6 apart over these 105 AdamW steps,
     # i.e. the run amplifies rounding ~40x; float64's 1.1e-16 gives ~5e-15 (measured: 2e-14 on weights, 5e-16
-    # on gradients), and the bounds below leave a factor > 10^3 for other kernels. The bug it guards, a tail step with 3/4 of its gradient, moves
-    # weights by ~1e-4: seven orders of magnitude above the bound.
+    # on gradients), and the bounds below leave a factor > 10^3 for other kernels. The bug it guards, a tail
+    # step with 3/4 of its gradient, moves weights by ~1e-4: six orders of magnitude above the bound.
     for step, (g_small, g_large) in enumerate(zip(small.grads, large.grads, strict=True)):
         torch.testing.assert_close(g_small, g_large, rtol=1e-9, atol=1e-11, msg=f"gradient of step {step}")
     for name, value in large.final_state.items():
