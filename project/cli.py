@@ -7,16 +7,20 @@ a checkpoint is read with ``weights_only=True`` and must agree with the config, 
 best checkpoint.
 """
 
+import importlib
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.checkpoints import AtomicCheckpointIO, load_checkpoint
 from project.data import DigitsDataModule
@@ -40,11 +44,14 @@ class SaveConfig(SaveConfigCallback):
     checkpoint: a bad value leaves no empty run behind in logs/."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit":
+        if stage == "fit" and not getattr(
+            trainer, "fast_dev_run", False
+        ):  # fast_dev_run writes nothing (Lightning's meaning)
             super().setup(trainer, pl_module, stage)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, ConfigError) and self.already_saved and trainer.is_global_zero and trainer.log_dir:
+        refused = isinstance(exception, ConfigError | MisconfigurationException)
+        if refused and self.already_saved and trainer.is_global_zero and trainer.log_dir:
             run_dir = Path(trainer.log_dir)
             if not any(run_dir.rglob("*.ckpt")):
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -102,9 +109,14 @@ class CLI(LightningCLI):
         shown twice; the run's config.yaml is rewritten with the resumed config."""
         run_dir = ckpt_path.resolve().parent.parent
         logger = self.config.fit.trainer.logger
-        if not (run_dir / "config.yaml").is_file() or not str(getattr(logger, "class_path", "")).endswith(
-            "TensorBoardLogger"
-        ):
+        if not (run_dir / "config.yaml").is_file():
+            return
+        if not str(getattr(logger, "class_path", "")).endswith("TensorBoardLogger"):
+            print(
+                f"Resuming with trainer.logger={getattr(logger, 'class_path', logger)}: the run continues in a new "
+                "run directory (continuing in place, with the steps after the checkpoint purged, needs "
+                "TensorBoardLogger)."
+            )
             return
         logger.init_args.save_dir = str(run_dir.parent.parent)
         logger.init_args.name = run_dir.parent.name
@@ -122,12 +134,13 @@ class CLI(LightningCLI):
         if self.subcommand != "fit":
             return
         trainer = self.config.fit.trainer
-        if trainer.max_epochs is None and trainer.max_steps in (None, -1):
+        if trainer.max_epochs is None and trainer.max_steps in (None, -1) and not trainer.fast_dev_run:
             # Lightning would silently assume max_epochs=1000 and stretch the cosine schedule over it.
             raise ConfigError(
                 "Neither trainer.max_epochs nor trainer.max_steps is set: the run length must be known for the "
                 "LR schedule; set one of them (e.g. --trainer.max_epochs=30)."
             )
+        _adapt_to_trainer_flags(trainer)
 
     def after_instantiate_classes(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
@@ -137,7 +150,8 @@ class CLI(LightningCLI):
             ckpt_path = self.config.predict.get("ckpt_path")
             run_dir = Path(ckpt_path).resolve().parent.parent if ckpt_path else Path.cwd()
             callbacks.append(CSVPredictionWriter(str(run_dir / "predictions.csv")))
-        if self.subcommand == "fit" and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
+        checkpointing = self.config.get("fit", {}).get("trainer", {}).get("enable_checkpointing", True) is not False
+        if self.subcommand == "fit" and checkpointing and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
             callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
 
     def before_fit(self) -> None:
@@ -178,15 +192,59 @@ class CLI(LightningCLI):
         }
         params = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in params.items()}
         metrics = {"hp/" + k.replace("best ", "").replace("/", "_"): v for k, v in scores.items()}
-        self.trainer.logger.log_hyperparams(params, metrics)
-        self.trainer.logger.finalize("success")  # flush: nothing else closes the writer after the test
+        logger = self.trainer.logger
+        if isinstance(logger, TensorBoardLogger):
+            logger.log_hyperparams(params, metrics)
+        else:  # other loggers take no metrics with their hparams: the scores are logged as metrics
+            logger.log_hyperparams(params)
+            logger.log_metrics(metrics, step=self.trainer.global_step)
+        logger.finalize("success")  # flush: nothing else closes the writer after the test
+
+
+def _adapt_to_trainer_flags(trainer: Any) -> None:
+    """Lightning's everyday flags keep their meaning with the default callbacks: callbacks that need what a flag
+    turns off are dropped, each with one line saying so, instead of failing the run (``trainer`` is the parsed
+    ``fit.trainer`` config, before anything is built)."""
+
+    def kind(callback: Any) -> type:
+        module, _, name = str(callback.class_path).rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def monitors_val(callback: Any) -> bool:
+        return str((callback.get("init_args") or {}).get("monitor") or "").startswith("val/")
+
+    def drop(reason: str, unwanted: Any) -> None:
+        kept = [cb for cb in trainer.callbacks or [] if not unwanted(cb)]
+        dropped = [str(cb.class_path).rpartition(".")[2] for cb in trainer.callbacks or [] if unwanted(cb)]
+        if dropped:
+            print(f"{reason}: {', '.join(dropped)} turned off.")
+        trainer.callbacks = kept
+
+    if trainer.enable_checkpointing is False:
+        drop(
+            "trainer.enable_checkpointing=false: no checkpoint is written, the run cannot be resumed, and the final "
+            "test uses the final weights",
+            lambda cb: issubclass(kind(cb), Checkpoint),
+        )
+    if trainer.limit_val_batches == 0:
+        drop(
+            "trainer.limit_val_batches=0 (no validation): nothing monitors val/ metrics, the final test uses the "
+            "final weights",
+            lambda cb: issubclass(kind(cb), EarlyStopping | ModelCheckpoint) and monitors_val(cb),
+        )
+    if trainer.logger in (False, None) and not trainer.fast_dev_run:
+        drop("trainer.logger=false: no curves are written", lambda cb: issubclass(kind(cb), LearningRateMonitor))
+        if trainer.default_root_dir is None:  # Lightning would write config.yaml and checkpoints into the cwd
+            base = Path("logs") / "no_logger"
+            versions = [int(p.name[8:]) for p in base.glob("version_*") if p.name[8:].isdigit()]
+            trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")
 
 
 def main(args: list[str] | None = None) -> None:
     try:
         CLI(args)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (ConfigError, MisconfigurationException) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)  # Lightning's own misconfigurations too
         sys.exit(2)
     except Interrupted as stop:
         if stop.rank == 0:

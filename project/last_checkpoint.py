@@ -47,7 +47,8 @@ class LastCheckpoint(Checkpoint):
 
     def _save(self, trainer: L.Trainer) -> None:
         assert self.path is not None
-        trainer.save_checkpoint(self.path, weights_only=False)
+        if not getattr(trainer, "fast_dev_run", False):  # fast_dev_run writes no checkpoint (Lightning's meaning)
+            trainer.save_checkpoint(self.path, weights_only=False)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -204,7 +204,10 @@ class Classifier(L.LightningModule):
                 "cosine schedule knows where it ends."
             )
         total = int(total)
-        scheduler = WarmupCosine(
-            optimizer, resolve_warmup_steps(self.hparams["warmup"], total), total, self.hparams["min_lr"]
-        )
+        warmup = resolve_warmup_steps(self.hparams["warmup"], total)
+        if getattr(
+            self.trainer, "fast_dev_run", False
+        ):  # a smoke test of a few batches: the same curve, squeezed into them
+            warmup = min(warmup, total - 1)
+        scheduler = WarmupCosine(optimizer, warmup, total, self.hparams["min_lr"])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

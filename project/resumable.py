@@ -47,15 +47,22 @@ class ResumableDataLoader(DataLoader):
         # A generator: nothing below runs until the first batch is requested, which Lightning does after it has
         # called set_epoch (on a resume it restores our state, then calls iter(), then set_epoch).
         resume, self._resume = self._resume, None
-        skip = resume["batches"] if resume is not None and resume["epoch"] == self.sampler.epoch else 0
+        epoch = getattr(self.sampler, "epoch", 0)
+        skip = resume["batches"] if resume is not None and resume["epoch"] == epoch else 0
         assert self.batch_size is not None
-        self.sampler.skip_next(skip * self.batch_size)
+        # Lightning swaps in its own sampler for some flags (overfit_batches: a SequentialSampler); those cannot
+        # skip, so the batches already trained on are drawn and dropped instead.
+        can_skip = isinstance(self.sampler, ResumableSampler)
+        if can_skip:
+            self.sampler.skip_next(skip * self.batch_size)
         # Worker seeds come from this generator, re-seeded per epoch from the sampler's seed: never from the global
         # RNG, whose state (dropout) is checkpointed separately and must not depend on when an iterator was made.
         assert self.generator is not None
-        self.generator.manual_seed(self.sampler.seed + self.sampler.epoch)
+        self.generator.manual_seed(getattr(self.sampler, "seed", 0) + epoch)
         self._consumed = skip
-        batches = super().__iter__()
+        batches: Iterator[Any] = super().__iter__()
+        if not can_skip:
+            batches = itertools.islice(batches, skip, None)
         while True:
             start = time.perf_counter()
             try:
@@ -67,8 +74,9 @@ class ResumableDataLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.sampler.epoch, "batches": self._consumed}
+        return {"epoch": getattr(self.sampler, "epoch", 0), "batches": self._consumed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._resume = dict(state)
-        self.sampler.set_epoch(state["epoch"])
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(state["epoch"])

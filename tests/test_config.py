@@ -17,9 +17,32 @@ FSDP = str(ROOT / "configs" / "fsdp.yaml")  # run by tests/test_ddp.py
 GPU = str(ROOT / "configs" / "gpu.yaml")  # needs CUDA to run; its compile path is run below on CPU
 
 
+DEBUG_OVERLAYS = {name: str(ROOT / "configs" / "debug" / f"{name}.yaml")
+                  for name in ("fast_dev_run", "overfit", "limit", "profiler", "anomaly")}  # fmt: skip
+
+
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
-    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP}
+    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP, *DEBUG_OVERLAYS.values()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DEBUG_OVERLAYS)
+def test_debug_overlay_runs_to_its_test_scores(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Shortened where the overlay trains long (overfit: 50 epochs); the run goes in logs/<overlay name>.
+    short = ("--trainer.max_epochs=2",) if name in ("overfit", "profiler") else ()
+    main(["fit", "--config", DEFAULT, "--config", DEBUG_OVERLAYS[name], *short])
+    out = capsys.readouterr().out
+    assert "test/acc=" in out
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    if name == "fast_dev_run":
+        assert written == []
+    else:
+        assert {p.relative_to(tmp_path).parts[:3] for p in written} == {("logs", name, "version_0")}
+    if name == "profiler":
+        assert "FIT Profiler Report" in caplog.text  # Lightning logs it at INFO when the run ends
 
 
 @pytest.mark.parametrize(
