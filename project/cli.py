@@ -44,9 +44,8 @@ class SaveConfig(SaveConfigCallback):
     checkpoint: a bad value leaves no empty run behind in logs/."""
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit" and not getattr(
-            trainer, "fast_dev_run", False
-        ):  # fast_dev_run writes nothing (Lightning's meaning)
+        # fast_dev_run writes nothing (Lightning's meaning), not even a config.
+        if stage == "fit" and not getattr(trainer, "fast_dev_run", False):
             super().setup(trainer, pl_module, stage)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
