@@ -81,13 +81,13 @@ notebooks: $(INSTALLED) ## open JupyterLab on 127.0.0.1 (installs jupyterlab int
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT_NB) --notebook-dir notebooks
 
 lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
-	$(BIN)/ruff check project tests benchmarks
-	$(BIN)/ruff format --check project tests benchmarks
+	$(BIN)/ruff check project tests benchmarks scripts
+	$(BIN)/ruff format --check project tests benchmarks scripts
 	$(BIN)/mypy project
 
 format: $(INSTALLED) ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix project tests benchmarks
-	$(BIN)/ruff format project tests benchmarks
+	$(BIN)/ruff check --fix project tests benchmarks scripts
+	$(BIN)/ruff format project tests benchmarks scripts
 
 clean: ## remove caches and build leftovers (keeps logs/ and .venv/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache build *.egg-info

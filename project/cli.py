@@ -1,10 +1,10 @@
 """The command line: ``python -m project {fit,validate,test,predict} --config configs/default.yaml [--key=value]``.
 
-Every YAML key is a constructor argument of the Trainer, ``Classifier`` or ``DigitsDataModule``, type-checked by
-jsonargparse. On top of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a
-resumable checkpoint, ``fit --ckpt_path <run>/checkpoints/last.ckpt`` continues that run in its own directory,
-a checkpoint is read with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the
-best checkpoint.
+Every YAML key is a constructor argument of the Trainer, ``Classifier`` or the DataModule that ``data.class_path``
+names (any ``project.data.ClassificationDataModule``), type-checked by jsonargparse. On top of LightningCLI, for
+every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a resumable checkpoint, ``fit --ckpt_path
+<run>/checkpoints/last.ckpt`` continues that run in its own directory, a checkpoint is read with
+``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
 """
 
 import importlib
@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.checkpoints import AtomicCheckpointIO, load_checkpoint
-from project.data import DigitsDataModule
+from project.data import ClassificationDataModule
 from project.errors import ConfigError
 from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
@@ -57,12 +57,13 @@ class SaveConfig(SaveConfigCallback):
 
 
 class CLI(LightningCLI):
-    """``LightningCLI`` for ``Classifier`` + ``DigitsDataModule``; ``args=None`` reads ``sys.argv``."""
+    """``LightningCLI`` for ``Classifier`` + the config's DataModule; ``args=None`` reads ``sys.argv``."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
             Classifier,
-            DigitsDataModule,
+            ClassificationDataModule,
+            subclass_mode_data=True,
             save_config_callback=SaveConfig,
             auto_configure_optimizers=False,
             args=args,
@@ -141,6 +142,15 @@ class CLI(LightningCLI):
             )
         _adapt_to_trainer_flags(trainer)
 
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as err:  # jsonargparse wraps what a subclass-mode DataModule raised: our error, unwrapped
+            cause: BaseException | None = err
+            while cause is not None and not isinstance(cause, ConfigError):
+                cause = cause.__cause__ or cause.__context__
+            raise (cause or err) from None
+
     def after_instantiate_classes(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -185,7 +195,8 @@ class CLI(LightningCLI):
         config = self.config.fit
         params = {
             **_flatten(config.model.as_dict(), "model"),
-            **_flatten(config.data.as_dict(), "data"),
+            "data.class_path": config.data.class_path,
+            **_flatten(config.data.init_args.as_dict(), "data"),
             **{f"trainer.{k}": config.trainer[k] for k in _TRAINER_HPARAMS},
             "seed_everything": config.seed_everything,
         }

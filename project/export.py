@@ -5,8 +5,9 @@ without this code), next to the checkpoint, with ``model.json`` describing the i
 Why ``torch.export`` and not TorchScript: ``torch.jit.script/trace/load`` are deprecated in torch 2.13 (they warn
 on every call) in favour of ``torch.export``, which also feeds the ONNX exporter used here.
 
-The input is not normalised inside the model: feed float32 images shaped (N, 1, 8, 8) with values in [0, 1]
-(0 = background, 1 = full ink), as ``project/predict.py`` prepares them. Any batch size N works.
+The exported model takes inputs in the DataModule's raw units (as its ``load_predict_inputs`` decodes them: e.g.
+images scaled to [0, 1], or a table's feature values) and applies the run's normalisation itself; ``model.json``
+says the shape, dtype, class names and normalisation. Any batch size N works.
 """
 
 import argparse
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor, nn
 
 from project.errors import ConfigError
 
@@ -25,6 +27,25 @@ OPSET = 18
 
 class ParityError(RuntimeError):
     pass
+
+
+class Normalized(nn.Module):
+    """(x - mean) / std per channel (feature), then the net: what the trained model sees, from raw inputs."""
+
+    def __init__(self, net: nn.Module, normalization: dict[str, list[float]] | None, ndim: int) -> None:
+        super().__init__()
+        self.net = net
+        view = (-1,) + (1,) * (ndim - 1)
+        stats = normalization or {"mean": [0.0], "std": [1.0]}
+        self.register_buffer("mean", torch.tensor(stats["mean"]).view(view))
+        self.register_buffer("std", torch.tensor(stats["std"]).view(view))
+        self.identity = normalization is None
+
+    mean: Tensor
+    std: Tensor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x if self.identity else (x - self.mean) / self.std)
 
 
 def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, Any]:
@@ -37,44 +58,39 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         raise ConfigError(
             f"export needs the optional 'export' dependencies ({err.name} is missing): pip install -e '.[export]'"
         ) from None
-    from project.checkpoints import load_checkpoint
-    from project.data import DigitsDataModule
-    from project.module import Classifier
+    from project.runs import load_run
 
     checkpoint = Path(checkpoint)
-    load_checkpoint(checkpoint)  # one clear sentence if it is missing, truncated or unsafe
-    model = Classifier.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
-    data = DigitsDataModule.load_from_checkpoint(checkpoint, weights_only=True)
-    data.setup("test")
-    assert data.test_set is not None
-    images = data.test_set.images
-    net = model.net
+    model, data = load_run(checkpoint)
+    inputs, _ = data.split_tensors("test")
+    net = Normalized(model.net, data.normalization, len(data.input_shape)).eval()
     batch = torch.export.Dim("batch")
-    example = (images[:2],)
+    example = (inputs[:2],)
 
     out = checkpoint.parent
     program = torch.export.export(net, example, dynamic_shapes=({0: batch},))
     torch.export.save(program, out / "model.pt2")
     torch.onnx.export(
-        net, example, out / "model.onnx", dynamic_shapes=({0: batch},), input_names=["images"],
+        net, example, out / "model.onnx", dynamic_shapes=({0: batch},), input_names=["inputs"],
         output_names=["logits"], opset_version=OPSET,
     )  # fmt: skip
 
     with torch.inference_mode():
-        reference = net(images)
+        reference = model(data.normalize(inputs))  # the trained model, as Lightning feeds it
     session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     loaded = torch.export.load(out / "model.pt2").module()
     parity = {}
+    some = min(37, len(inputs))
     for name, run in {
-        "onnx": lambda x: torch.from_numpy(session.run(None, {"images": x.numpy()})[0]),
+        "onnx": lambda x: torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0]),
         "pt2": lambda x: loaded(x).detach(),
     }.items():
         # The whole test split, then batches of 1 and 37: the batch dimension is dynamic.
-        logits = run(images)
+        logits = run(inputs)
         diff = max(
             (logits - reference).abs().max().item(),
-            (run(images[:1]) - reference[:1]).abs().max().item(),
-            (run(images[:37]) - reference[:37]).abs().max().item(),
+            (run(inputs[:1]) - reference[:1]).abs().max().item(),
+            (run(inputs[:some]) - reference[:some]).abs().max().item(),
         )
         agreement = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
         parity[name] = {"max_abs_logit_diff": diff, "argmax_agreement": agreement}
@@ -84,13 +100,16 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     metadata = {
         "checkpoint": checkpoint.name,
         "files": {"onnx": "model.onnx", "torch_export": "model.pt2"},
+        "data": data.hparams.get("_class_path") or f"{type(data).__module__}.{type(data).__qualname__}",
         "input": {
-            "name": "images", "shape": ["batch", *images.shape[1:]], "dtype": "float32",
-            "range": [0.0, 1.0], "meaning": "ink intensity of an 8x8 digit, 0 = background (not normalised inside)",
+            "name": "inputs", "shape": ["batch", *data.input_shape], "dtype": "float32",
+            "units": "raw, as the DataModule's load_predict_inputs decodes them",
+            "normalization": data.normalization,
+            "normalization_inside": True,
         },
-        "output": {"name": "logits", "shape": ["batch", data.num_classes], "classes": list(range(data.num_classes))},
+        "output": {"name": "logits", "shape": ["batch", data.num_classes], "classes": list(data.class_names)},
         "onnx_opset": OPSET,
-        "parity": {"inputs": f"test split ({len(images)} images), batch sizes 1 and 37", "tolerance": tolerance,
+        "parity": {"inputs": f"test split ({len(inputs)} inputs), batch sizes 1 and {some}", "tolerance": tolerance,
                    **parity},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
     }  # fmt: skip

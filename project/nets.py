@@ -63,3 +63,70 @@ class ConvNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x)
+
+
+class _ResidualBlock(nn.Module):
+    """conv-BN-ReLU-conv-BN plus the input (1x1 conv when the shape changes), then ReLU."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels),
+            nn.ReLU(),
+            nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels),
+        )
+        self.skip: nn.Module = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.skip = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
+        self.relu = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.relu(self.body(x) + self.skip(x))
+
+
+class ResNet(nn.Module):
+    """A small residual CNN for real images, any size from 8x8 to 224x224: a stem (a 3x3 conv, plus a stride-2
+    conv and max-pool when the image is larger than 64 pixels), ``stages`` stages of ``blocks`` residual blocks
+    (each stage after the first halves the resolution and doubles the width), global average pooling, dropout and
+    a linear classifier.
+
+    BatchNorm normalises over each process's batch: with DDP, ``trainer.sync_batchnorm: true`` makes it use the
+    global batch, so that 2 processes x B equal 1 process x 2B (README, "Scaling out")."""
+
+    def __init__(
+        self, input_shape: tuple[int, ...], num_classes: int, width: int = 32, stages: int = 3, blocks: int = 1,
+        dropout: float = 0.0,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if len(input_shape) != 3:
+            raise ConfigError(f"ResNet needs images shaped (channels, height, width), got input_shape={input_shape}.")
+        for key, value in (("width", width), ("stages", stages), ("blocks", blocks)):
+            if value < 1:
+                raise ConfigError(f"model.net.init_args.{key}={value!r}: must be >= 1.")
+        _check_dropout(dropout)
+        in_channels, height, width_px = input_shape
+        large = min(height, width_px) > 64
+        stem: list[nn.Module] = [
+            nn.Conv2d(in_channels, width, 3, stride=2 if large else 1, padding=1, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+        ]
+        if large:
+            stem.append(nn.MaxPool2d(3, stride=2, padding=1))
+        layers, channels = [*stem], width
+        for stage in range(stages):
+            out = width * 2**stage
+            for block in range(blocks):
+                layers.append(_ResidualBlock(channels, out, stride=2 if stage > 0 and block == 0 else 1))
+                channels = out
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))

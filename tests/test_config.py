@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import DEBUG, DEFAULT, ROOT, fit, run_module
+from conftest import DEBUG, DIGITS, ROOT, USER_DEFAULT, fit, run_module
 
 from project.cli import main
 
@@ -23,7 +23,8 @@ DEBUG_OVERLAYS = {name: str(ROOT / "configs" / "debug" / f"{name}.yaml")
 
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
-    assert shipped == {DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP, *DEBUG_OVERLAYS.values()}
+    data = {str(ROOT / "configs" / "data" / f"{name}.yaml") for name in ("digits", "images", "csv")}  # test_contract
+    assert shipped == {USER_DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP, *DEBUG_OVERLAYS.values(), *data}
 
 
 @pytest.mark.slow
@@ -33,7 +34,7 @@ def test_debug_overlay_runs_to_its_test_scores(
 ) -> None:
     # Shortened where the overlay trains long (overfit: 50 epochs); the run goes in logs/<overlay name>.
     short = ("--trainer.max_epochs=2",) if name in ("overfit", "profiler") else ()
-    main(["fit", "--config", DEFAULT, "--config", DEBUG_OVERLAYS[name], *short])
+    main(["fit", "--config", DIGITS, "--config", DEBUG_OVERLAYS[name], *short])
     out = capsys.readouterr().out
     assert "test/acc=" in out
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
@@ -61,7 +62,7 @@ def test_overlay_composes_over_the_default(
     overlay: str, key: tuple[str, str], expected: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DEFAULT, "--config", overlay, "--print_config"])
+        main(["fit", "--config", DIGITS, "--config", overlay, "--print_config"])
     assert exit_info.value.code in (0, None)
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed[key[0]][key[1]] == expected
@@ -74,7 +75,7 @@ def test_overlay_composes_over_the_default(
 @pytest.mark.slow
 @pytest.mark.parametrize("overlay", [BF16, FP16])
 def test_precision_overlay_runs_a_debug_fit(overlay: str, tmp_path: Path) -> None:
-    cli = fit(tmp_path, configs=(DEFAULT, overlay, DEBUG))
+    cli = fit(tmp_path, configs=(DIGITS, overlay, DEBUG))
     # No float16 autocast on CPU: Lightning runs 16-mixed as bf16-mixed there.
     expected = "16-mixed" if overlay == FP16 and torch.cuda.is_available() else "bf16-mixed"
     assert cli.trainer.precision == expected
@@ -85,7 +86,7 @@ def test_precision_overlay_runs_a_debug_fit(overlay: str, tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path: Path) -> None:
-    cli = fit(tmp_path, "--model.net=project.nets.MLP", "--model.net.init_args.hidden=32", configs=(DEFAULT, DEBUG))
+    cli = fit(tmp_path, "--model.net=project.nets.MLP", "--model.net.init_args.hidden=32", configs=(DIGITS, DEBUG))
     assert type(cli.model.net).__name__ == "MLP"
     assert cli.model.net.layers[1].in_features == 64 and cli.model.net.layers[1].out_features == 32
     saved = torch.load(tmp_path / "debug" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
@@ -98,7 +99,7 @@ def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path
 def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_path: Path) -> None:
     from project.module import Classifier
 
-    cli = fit(tmp_path, "--model.compile=eager", "--data.num_workers=null", configs=(DEFAULT, DEBUG))
+    cli = fit(tmp_path, "--model.compile=eager", "--data.num_workers=null", configs=(DIGITS, DEBUG))
     assert cli.model.net._compiled_call_impl is not None  # really compiled (the eager backend: fast on a CPU)
     assert cli.datamodule.train_dataloader().num_workers >= 1  # null: from the CPU count
     best = tmp_path / "debug" / "version_0" / "checkpoints" / "best.ckpt"
@@ -106,7 +107,7 @@ def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_pat
     assert not [k for k in state if "_orig_mod" in k]
     plain = Classifier.load_from_checkpoint(best, weights_only=True, compile=False).eval()
     assert plain.net._compiled_call_impl is None  # an uncompiled net takes the checkpoint as it is
-    x = cli.datamodule.test_set.images[:16]
+    x = cli.datamodule.split_tensors("test")[0][:16]
     cli.model.load_state_dict(state)
     with torch.no_grad():
         torch.testing.assert_close(plain(x), cli.model.eval()(x))
@@ -135,7 +136,7 @@ def test_bad_input_exits_non_zero_naming_the_key(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DEFAULT, f"--trainer.logger.init_args.save_dir={tmp_path}", *args])
+        main(["fit", "--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}", *args])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "digits").exists() or not any((tmp_path / "digits").iterdir())
@@ -145,7 +146,7 @@ def test_unknown_key_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.Ca
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  lrr: 0.1\n")
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DEFAULT, "--config", str(bad)])
+        main(["fit", "--config", DIGITS, "--config", str(bad)])
     assert exit_info.value.code == 2
     assert "lrr" in capsys.readouterr().err
 
@@ -154,7 +155,7 @@ def test_unknown_key_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.Ca
 def test_warmup_longer_than_the_run_is_refused_and_leaves_no_run_behind(tmp_path: Path) -> None:
     # Only known once the run length is (a debug run has 5 optimizer steps); found by the real entry point.
     result = run_module(
-        "fit", "--config", DEFAULT, "--config", DEBUG, f"--trainer.logger.init_args.save_dir={tmp_path}",
+        "fit", "--config", DIGITS, "--config", DEBUG, f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--model.warmup=5",
     )  # fmt: skip
     assert result.returncode == 2

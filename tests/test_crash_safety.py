@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module, scratch_dir
+from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scratch_dir
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
@@ -36,7 +36,7 @@ def _start(*args: str) -> subprocess.Popen:
 def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(tmp_path: Path) -> None:
     overlay = _overlay(tmp_path, every_n_train_steps=1, crash=None, workers=0)
     reference = run_module(
-        "fit", "--config", DEFAULT, "--config", overlay, f"--trainer.logger.init_args.save_dir={tmp_path / 'ref'}",
+        "fit", "--config", DIGITS, "--config", overlay, f"--trainer.logger.init_args.save_dir={tmp_path / 'ref'}",
         *KILL_RUN,
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
@@ -49,7 +49,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
         if last.is_file():
             proc = _start("--config", str(run / "config.yaml"), "--ckpt_path", str(last))
         else:
-            proc = _start("--config", DEFAULT, "--config", overlay,
+            proc = _start("--config", DIGITS, "--config", overlay,
                           f"--trainer.logger.init_args.save_dir={tmp_path / 'killed'}", *KILL_RUN)  # fmt: skip
         seen = last.stat().st_mtime_ns if last.is_file() else 0
         aim_at_write = kills % 2 == 0
@@ -90,7 +90,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int, tmp_path: Path) -> None:
     save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "project", "fit", "--config", DEFAULT, save_dir],
+        [sys.executable, "-m", "project", "fit", "--config", DIGITS, save_dir],
         cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
@@ -131,7 +131,7 @@ def test_atomic_save_replaces_in_the_same_directory_and_never_truncates(tmp_path
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("trained")
-    fit(base, configs=(DEFAULT, DEBUG))
+    fit(base, configs=(DIGITS, DEBUG))
     return base / "debug" / "version_0"
 
 
@@ -199,7 +199,7 @@ def test_a_checkpoint_of_another_architecture_names_the_key_or_the_parameter(
     ckpt = str(trained_run / "checkpoints" / "best.ckpt")
     # Through the config: the checkpoint's hparams disagree with it.
     with pytest.raises(SystemExit) as exit_info:
-        main(["test", "--config", DEFAULT, "--model.net.init_args.channels=8", f"--ckpt_path={ckpt}"])
+        main(["test", "--config", DIGITS, "--model.net.init_args.channels=8", f"--ckpt_path={ckpt}"])
     assert exit_info.value.code == 2
     assert "model.net.init_args.channels=32 (config: 8)" in capsys.readouterr().err
     # Without hparams to compare (e.g. a checkpoint from a hand-built model): the shapes name the parameter.
@@ -208,7 +208,7 @@ def test_a_checkpoint_of_another_architecture_names_the_key_or_the_parameter(
     bare = tmp_path / "bare.ckpt"
     torch.save(stripped, bare)
     with pytest.raises(SystemExit) as exit_info:
-        main(["test", "--config", DEFAULT, "--model.net.init_args.channels=8", f"--ckpt_path={bare}"])
+        main(["test", "--config", DIGITS, "--model.net.init_args.channels=8", f"--ckpt_path={bare}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "net.layers.0.weight has shape (32, 1, 3, 3) in the checkpoint but (8, 1, 3, 3) here" in err
@@ -233,7 +233,7 @@ def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp
     assert empty.returncode == 2 and "no run to resume" in empty.stderr
 
     # A run that dies as its second epoch starts (the crash is injected by hand, so it is not in config.yaml).
-    cli = CLI(["--config", DEFAULT, "--config", DEBUG, "--trainer.max_epochs=2",
+    cli = CLI(["--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=2",
                f"--trainer.logger.init_args.save_dir={tmp_path}"], run=False)  # fmt: skip
     cli.trainer.callbacks.append(CrashAt(epoch=1))
     with pytest.raises(Crash):

@@ -17,20 +17,20 @@ def _datamodule(**kwargs: object) -> DigitsDataModule:
 
 def test_split_is_disjoint_complete_and_fixed_by_its_own_seed() -> None:
     dm = _datamodule()
-    sets = (dm.train_set, dm.val_set, dm.test_set)
-    assert [len(s) for s in sets] == [1257, 270, 270]  # 1797 = 70/15/15 with the eval splits rounded up
+    sets = [dm.split_tensors(split) for split in ("train", "val", "test")]
+    assert [len(y) for _, y in sets] == [1257, 270, 270]  # 1797 = 70/15/15 with the eval splits rounded up
     # Every original sample appears in exactly one split (compared as whole images + label rows).
-    rows = torch.cat([torch.cat([s.images.flatten(1), s.labels[:, None].float()], 1) for s in sets])
+    rows = torch.cat([torch.cat([x.flatten(1), y[:, None].float()], 1) for x, y in sets])
     digits = load_digits()
     original = torch.cat(
         [torch.tensor(digits.data, dtype=torch.float32) / 16.0, torch.tensor(digits.target)[:, None].float()], 1
     )
     assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, original.tolist()))
     # Images are scaled to [0, 1]; the split ignores the run's seed and follows split_seed.
-    assert dm.train_set.images.min() == 0.0 and dm.train_set.images.max() == 1.0
+    assert sets[0][0].min() == 0.0 and sets[0][0].max() == 1.0
     os.environ["PL_GLOBAL_SEED"] = "7"
-    assert torch.equal(_datamodule().test_set.labels, dm.test_set.labels)
-    assert not torch.equal(_datamodule(split_seed=99).test_set.labels, dm.test_set.labels)
+    assert torch.equal(_datamodule().split_tensors("test")[1], sets[2][1])
+    assert not torch.equal(_datamodule(split_seed=99).split_tensors("test")[1], sets[2][1])
 
 
 def _epoch_order(seed: str, epoch: int) -> list[int]:

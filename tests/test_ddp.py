@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DEFAULT, ROOT, fit, free_port, run_module, scalars, scratch_dir
+from conftest import DIGITS, ROOT, fit, free_port, run_module, scalars, scratch_dir
 from test_mechanics import expected_lr
 
 from project.module import Classifier
@@ -59,7 +59,7 @@ def _eval_by_hand(checkpoint: Path, images: torch.Tensor, labels: torch.Tensor) 
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("ddp")
     result = run_module(
-        "fit", "--config", DEFAULT, "--config", str(ROOT / "configs" / "ddp.yaml"),
+        "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "ddp.yaml"),
         # "ddp" as a class with a short process-group timeout: a collective that never completes fails in 60 s.
         "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout=0:01:00",
         f"--trainer.logger.init_args.save_dir={base / 'ddp'}", "--data.batch_size=16", *COMMON,
@@ -135,10 +135,10 @@ def test_ddp_evaluation_is_exact_on_odd_sized_splits(runs: dict) -> None:
     assert (len(dm.val_set), len(dm.test_set)) == (189, 189)
     logged = scalars(run)
     # The last validation ran on the weights saved in last.ckpt; the test after fit on best.ckpt.
-    val_acc, val_loss = _eval_by_hand(run / "checkpoints" / "last.ckpt", dm.val_set.images, dm.val_set.labels)
+    val_acc, val_loss = _eval_by_hand(run / "checkpoints" / "last.ckpt", *dm.split_tensors("val"))
     assert logged["val/acc"][-1][1] == pytest.approx(val_acc, abs=1e-7)
     assert logged["val/loss"][-1][1] == pytest.approx(val_loss, rel=1e-5)
-    test_acc, test_loss = _eval_by_hand(run / "checkpoints" / "best.ckpt", dm.test_set.images, dm.test_set.labels)
+    test_acc, test_loss = _eval_by_hand(run / "checkpoints" / "best.ckpt", *dm.split_tensors("test"))
     assert logged["test/acc"][-1][1] == pytest.approx(test_acc, abs=1e-7)
     assert logged["test/loss"][-1][1] == pytest.approx(test_loss, rel=1e-5)
 
@@ -167,7 +167,7 @@ def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) 
     straight = run_module(
         "fit",
         "--config",
-        DEFAULT,
+        DIGITS,
         *ddp,
         *RUN,
         "--config",
@@ -176,7 +176,7 @@ def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) 
     )
     assert straight.returncode == 0, straight.stderr[-3000:]
     crashed = run_module(
-        "fit", "--config", DEFAULT, *ddp, *RUN, "--config", crashing,
+        "fit", "--config", DIGITS, *ddp, *RUN, "--config", crashing,
         f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
     )  # fmt: skip
     assert crashed.returncode != 0 and "simulated crash" in crashed.stderr
@@ -252,7 +252,7 @@ def _assert_matches_single_process(records: Path, runs: dict) -> None:
 
 @pytest.mark.slow
 def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path: Path) -> None:
-    fit_args = ["fit", "--config", DEFAULT, "--data.batch_size=16", *COMMON, "--trainer.strategy=ddp",
+    fit_args = ["fit", "--config", DIGITS, "--data.batch_size=16", *COMMON, "--trainer.strategy=ddp",
                 "--trainer.num_nodes=2", "--trainer.devices=1", f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
                 f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
     # Two torchrun agents, one per "node", meeting through a c10d rendezvous on loopback (node ranks assigned by it).
@@ -269,7 +269,7 @@ def test_slurm_shaped_two_tasks_take_ranks_from_slurm_and_rank_zero_writes_alone
     slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "2", "SLURM_NODELIST": "localhost",
              "SLURM_JOB_NAME": "digits", "SLURM_JOB_ID": str(port - 15000)}  # fmt: skip
     envs = [{**slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": "0", "SLURM_NODEID": str(r)} for r in (0, 1)]
-    fit_args = [sys.executable, "-m", "project", "fit", "--config", DEFAULT, "--data.batch_size=16", *COMMON,
+    fit_args = [sys.executable, "-m", "project", "fit", "--config", DIGITS, "--data.batch_size=16", *COMMON,
                 "--trainer.strategy=ddp", "--trainer.num_nodes=2", "--trainer.devices=1",
                 f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
                 f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
@@ -292,7 +292,7 @@ def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: d
     # is recomputed here in float64 from those very weights on the same global batch.
     no_recorder = [a for a in COMMON if "probes.Recorder" not in a and "precision" not in a]
     result = run_module(
-        "fit", "--config", DEFAULT, "--config", str(ROOT / "configs" / "fsdp.yaml"), "--data.batch_size=16",
+        "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "fsdp.yaml"), "--data.batch_size=16",
         *no_recorder, f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--trainer.callbacks+=probes.FullStateAtSteps", f"--trainer.callbacks.out={tmp_path / 'fsdp.pt'}",
     )  # fmt: skip
@@ -309,8 +309,9 @@ def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: d
     for step, (weights, grads) in enumerate(snapshots):
         net = ConvNet((1, 8, 8), 10, dropout=0.0).double()
         net.load_state_dict({k: v.double() for k, v in weights.items()})
-        batch = torch.tensor(runs["single"]["batches"][step])  # the global batch one process trained on
-        F.cross_entropy(net(train_set.images[batch].double()), train_set.labels[batch]).backward()
+        batch = runs["single"]["batches"][step]  # the global batch one process trained on
+        x, y = (torch.stack(t) for t in zip(*(train_set[i] for i in batch), strict=True))
+        F.cross_entropy(net(x.double()), y).backward()
         for name, param in net.named_parameters():
             # float32 forward+backward against float64: reductions of up to ~10^3 terms at unit roundoff 6e-8
             # leave ~1e-5 of the gradient's scale; a wrong shard, a missing sum or half the batch is O(1) off.

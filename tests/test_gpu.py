@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEBUG, DEFAULT, fit
+from conftest import DEBUG, DIGITS, fit
 from probes import InfGradAt, ScaleAtStart
 
 pytestmark = [
@@ -23,7 +23,7 @@ def _probe(cli, kind):  # type: ignore[no-untyped-def]
 
 
 def test_fp16_grad_scaler_state_is_checkpointed_and_restored(tmp_path: Path) -> None:
-    cli = fit(tmp_path / "a", *FP16, configs=(DEFAULT, DEBUG))
+    cli = fit(tmp_path / "a", *FP16, configs=(DIGITS, DEBUG))
     scaler = cli.trainer.precision_plugin.scaler
     assert isinstance(scaler, torch.amp.GradScaler)
     last = tmp_path / "a" / "debug" / "version_0" / "checkpoints" / "last.ckpt"
@@ -32,7 +32,7 @@ def test_fp16_grad_scaler_state_is_checkpointed_and_restored(tmp_path: Path) -> 
     # Resume with a different initial scale in the fresh scaler: the checkpoint's scale must win.
     resumed = fit(
         tmp_path / "b", *FP16, f"--ckpt_path={last}", "--trainer.max_epochs=2",
-        "--trainer.callbacks+=probes.ScaleAtStart", configs=(DEFAULT, DEBUG),
+        "--trainer.callbacks+=probes.ScaleAtStart", configs=(DIGITS, DEBUG),
     )  # fmt: skip
     assert _probe(resumed, ScaleAtStart).scale == saved["scale"]
 
@@ -40,7 +40,7 @@ def test_fp16_grad_scaler_state_is_checkpointed_and_restored(tmp_path: Path) -> 
 def test_a_step_with_inf_gradients_is_skipped_and_the_scale_backs_off(tmp_path: Path) -> None:
     cli = fit(
         tmp_path, *FP16, "--trainer.callbacks+=probes.InfGradAt", "--trainer.callbacks.step=2",
-        configs=(DEFAULT, DEBUG),
+        configs=(DIGITS, DEBUG),
     )  # fmt: skip
     probe = _probe(cli, InfGradAt)
     assert probe.before and probe.after

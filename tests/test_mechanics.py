@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DEFAULT, fit, scalars
+from conftest import DIGITS, fit, scalars
 from lightning.pytorch.plugins import MixedPrecision
 from probes import InfGradAt, Recorder
 
@@ -19,7 +19,7 @@ from project.module import Classifier
 from project.nets import ConvNet
 from project.schedule import planned_steps
 
-PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of configs/default.yaml
+PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of tests/configs/digits.yaml
 
 
 def expected_lr(step: int, warmup: int, total: int, peak: float = PEAK, min_lr: float = MIN_LR) -> float:
@@ -262,7 +262,7 @@ def test_early_stopping_waits_patience_epochs_then_stops(tmp_path: Path, capsys:
     overlay = _callbacks_overlay(tmp_path, {"monitor": "val/loss", "mode": "min", "patience": 2, "min_delta": 100.0})
     cli = fit(
         tmp_path, "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-        "--trainer.limit_test_batches=1", configs=(DEFAULT, overlay),
+        "--trainer.limit_test_batches=1", configs=(DIGITS, overlay),
     )  # fmt: skip
     # Epoch 0 sets the best, epochs 1 and 2 wait, the run stops: 3 validations. (The stopper's own state is not
     # read here: the test after fit restores callback states from best.ckpt.)
@@ -287,7 +287,7 @@ def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
         {"monitor": "val/loss", "mode": "min", "patience": 10},
         [{"class_path": "probes.PoisonWeights", "init_args": {"epoch": 1}}],
     )
-    cli = fit(tmp_path, "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", configs=(DEFAULT, overlay))
+    cli = fit(tmp_path, "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", configs=(DIGITS, overlay))
     assert len(scalars(tmp_path / "digits" / "version_0")["val/loss"]) == 2
     out = capsys.readouterr().out
     assert "Stopped early at epoch 1: Monitored metric val/loss = nan is not finite" in out

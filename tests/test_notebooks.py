@@ -5,7 +5,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import DEBUG, DEFAULT, ROOT, fit
+from conftest import DEBUG, DIGITS, ROOT, fit
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -50,7 +50,7 @@ def test_data_and_schedule_notebook_runs() -> None:
 
 @pytest.mark.slow
 def test_inspect_run_notebook_runs_on_a_given_run(tmp_path: Path) -> None:
-    fit(tmp_path, configs=(DEFAULT, DEBUG))
+    fit(tmp_path, configs=(DIGITS, DEBUG))
     notebook = _execute(
         ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(tmp_path / "debug" / "version_0")}
     )

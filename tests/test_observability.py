@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEBUG, DEFAULT, ROOT, fit, free_port, run_module, scalars
+from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
-
-from project.data import DigitsDataset
+from torch.utils.data import TensorDataset  # what the digits DataModule serves
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -52,13 +51,13 @@ def test_a_slow_dataset_shows_in_data_wait_and_warns_once(tmp_path: Path, monkey
     fit(tmp_path / "fast", *SHORT)
     fast = [v for _, v in scalars(tmp_path / "fast" / "digits" / "version_0")["train/data_wait"]]
 
-    sleep, fast_getitem = 0.002, DigitsDataset.__getitem__
+    sleep, fast_getitem = 0.002, TensorDataset.__getitem__
 
-    def slow_getitem(self: DigitsDataset, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def slow_getitem(self: TensorDataset, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         time.sleep(sleep)
         return fast_getitem(self, index)
 
-    monkeypatch.setattr(DigitsDataset, "__getitem__", slow_getitem)
+    monkeypatch.setattr(TensorDataset, "__getitem__", slow_getitem)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cli = fit(tmp_path / "slow", *SHORT)
@@ -88,7 +87,7 @@ def _hparams_plugin(run: Path) -> tuple[dict[str, object], set[str]]:
 
 @pytest.mark.slow
 def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) -> None:
-    fit(tmp_path, "--model.lr=0.002", configs=(DEFAULT, DEBUG))
+    fit(tmp_path, "--model.lr=0.002", configs=(DIGITS, DEBUG))
     values, metrics = _hparams_plugin(tmp_path / "debug" / "version_0")
     assert values["model.lr"] == pytest.approx(0.002)
     assert values["model.net.class_path"] == "project.nets.ConvNet"
@@ -135,7 +134,7 @@ def test_a_real_tensorboard_server_serves_the_runs_curves(tmp_path: Path) -> Non
 def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -> None:
     # In a fresh process, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the process.
     result = run_module(
-        "fit", "--config", DEFAULT, "--config", str(ROOT / "configs" / "profile.yaml"),
+        "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "profile.yaml"),
         "--trainer.callbacks+=project.profiling.ProfileSteps", "--trainer.callbacks.steps=10",
         f"--trainer.logger.init_args.save_dir={tmp_path}",
     )  # fmt: skip
@@ -150,7 +149,7 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> None:
-    result = run_module("fit", "--config", DEFAULT, "--config", DEBUG, "--trainer.max_epochs=3",
+    result = run_module("fit", "--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=3",
                         f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
@@ -169,4 +168,4 @@ def test_training_steps_make_no_host_device_sync(tmp_path: Path) -> None:
     # debug mode set to "error": any .item(), .cpu() or implicit sync raises.
     fit(tmp_path, "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed",
         "--trainer.log_every_n_steps=50", "--trainer.max_epochs=1", "--trainer.callbacks+=probes.NoSyncSteps",
-        configs=(DEFAULT,))  # fmt: skip
+        configs=(DIGITS,))  # fmt: skip

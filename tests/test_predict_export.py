@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DEBUG, DEFAULT, fit, scalars
+from conftest import DEBUG, DIGITS, fit, scalars
 from PIL import Image
 
 from project.cli import main
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("trained")
     fit(base, "--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_test_batches=1.0",
-        configs=(DEFAULT, DEBUG))  # fmt: skip
+        configs=(DIGITS, DEBUG))  # fmt: skip
     return base / "debug" / "version_0"
 
 
@@ -32,7 +32,7 @@ def test_images(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
     dm = DigitsDataModule.load_from_checkpoint(run / "checkpoints" / "best.ckpt", weights_only=True)
     dm.setup("test")
-    return dm.test_set.images, dm.test_set.labels
+    return dm.split_tensors("test")
 
 
 def _predict(run: Path, *args: str) -> list[dict[str, str]]:
@@ -116,7 +116,7 @@ def test_export_round_trip_with_parity_and_a_dynamic_batch(run: Path, test_image
     for n in (1, 37):
         with torch.inference_mode():
             expected = model(images[:n])
-        onnx_logits = torch.from_numpy(session.run(None, {"images": images[:n].numpy()})[0])
+        onnx_logits = torch.from_numpy(session.run(None, {"inputs": images[:n].numpy()})[0])
         torch.testing.assert_close(onnx_logits, expected, rtol=0, atol=1e-4)
         torch.testing.assert_close(program(images[:n]), expected, rtol=0, atol=1e-4)
     with pytest.raises(ParityError):  # the check bites: no tolerance is met by a negative bound

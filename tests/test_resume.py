@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import DEFAULT, fit, scalars
+from conftest import DIGITS, fit, scalars
 from probes import Crash
 
 from project.last_checkpoint import Interrupted
@@ -17,8 +17,8 @@ RUN = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.
 
 
 def _overlay(tmp_path: Path, every_n_train_steps: int | None, crash: dict | None, workers: int) -> str:
-    """Callbacks as in configs/default.yaml, last.ckpt every N steps (or per epoch), plus an optional crash."""
-    callbacks = yaml.safe_load(Path(DEFAULT).read_text())["trainer"]["callbacks"]
+    """Callbacks as in tests/configs/digits.yaml, last.ckpt every N steps (or per epoch), plus an optional crash."""
+    callbacks = yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
     for cb in callbacks:
         if cb["class_path"].endswith("LastCheckpoint"):
             cb["init_args"]["every_n_train_steps"] = every_n_train_steps
@@ -37,7 +37,7 @@ def _final_weights(run: Path) -> dict[str, torch.Tensor]:
 def _interrupted_then_resumed(tmp_path: Path, every: int | None, crash: dict, workers: int) -> Path:
     run = tmp_path / "digits" / "version_0"
     with pytest.raises((Crash, Interrupted)):
-        fit(tmp_path, *RUN, configs=(DEFAULT, _overlay(tmp_path, every, crash, workers)))
+        fit(tmp_path, *RUN, configs=(DIGITS, _overlay(tmp_path, every, crash, workers)))
     assert (run / "checkpoints" / "last.ckpt").is_file()
     # The resumed process: the run's own saved config, its last.ckpt (what `make resume` runs).
     resumed = fit(
@@ -65,7 +65,7 @@ CASES = {
 def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> None:
     every, crash, workers = CASES[case]
     straight = tmp_path / "straight"
-    fit(straight, *RUN, configs=(DEFAULT, _overlay(tmp_path, every, None, workers)))
+    fit(straight, *RUN, configs=(DIGITS, _overlay(tmp_path, every, None, workers)))
     resumed = _interrupted_then_resumed(tmp_path / "resumed", every, crash, workers)
 
     expected, got = _final_weights(straight / "digits" / "version_0"), _final_weights(resumed)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import DEBUG, DEFAULT, accuracy, fit, scalars
+from conftest import DEBUG, DIGITS, accuracy, fit, scalars
 
 from project.module import Classifier
 
@@ -59,9 +59,9 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     # what the run logged: val/acc at the best epoch, and test/acc of the final test on the best checkpoint.
     model = Classifier.load_from_checkpoint(ckpt_dir / "best.ckpt", weights_only=True)
     dm = cli.datamodule
-    assert accuracy(model, dm.val_set.images, dm.val_set.labels) == pytest.approx(max(val_acc), abs=1e-6)
+    assert accuracy(model, *dm.split_tensors("val")) == pytest.approx(max(val_acc), abs=1e-6)
     (test_acc,) = [v for _, v in logged["test/acc"]]
-    assert accuracy(model, dm.test_set.images, dm.test_set.labels) == pytest.approx(test_acc, abs=1e-6)
+    assert accuracy(model, *dm.split_tensors("test")) == pytest.approx(test_acc, abs=1e-6)
     out = capsys.readouterr().out
     assert f"Run directory: {run}" in out
     assert f"Test of {ckpt_dir / 'best.ckpt'}: test/acc={test_acc:.4f}" in out
@@ -72,9 +72,9 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
 
 @pytest.mark.slow
 def test_a_second_run_gets_its_own_directory(tmp_path: Path) -> None:
-    fit(tmp_path, configs=(DEFAULT, DEBUG))
+    fit(tmp_path, configs=(DIGITS, DEBUG))
     first = {p: p.read_bytes() for p in (tmp_path / "debug" / "version_0").rglob("*") if p.is_file()}
-    fit(tmp_path, configs=(DEFAULT, DEBUG))
+    fit(tmp_path, configs=(DIGITS, DEBUG))
     assert sorted(d.name for d in (tmp_path / "debug").iterdir()) == ["version_0", "version_1"]
     assert {p: p.read_bytes() for p in first} == first
 

@@ -4,7 +4,7 @@ or exits 2 with one sentence, and writes nothing outside its run directory under
 from pathlib import Path
 
 import pytest
-from conftest import DEFAULT
+from conftest import DIGITS
 
 from project.cli import main
 
@@ -44,7 +44,7 @@ def test_the_flag_runs_to_its_test_scores_inside_one_run_directory(
     case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The test runs in tmp_path (conftest): logs/ below is the default save_dir, relative to the cwd.
-    main(["fit", "--config", DEFAULT, *SHORT, *FINISHES[case]])
+    main(["fit", "--config", DIGITS, *SHORT, *FINISHES[case]])
     out = capsys.readouterr().out
     assert "test/acc=" in out and "test/loss=" in out, out[-2000:]
     written = _written(tmp_path)
@@ -81,7 +81,7 @@ def test_a_flag_that_cannot_work_is_refused_in_one_sentence_and_leaves_nothing(
 ) -> None:
     args, key = REFUSED[case]
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DEFAULT, *SHORT, *args])
+        main(["fit", "--config", DIGITS, *SHORT, *args])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
@@ -90,7 +90,7 @@ def test_a_flag_that_cannot_work_is_refused_in_one_sentence_and_leaves_nothing(
 
 
 def test_resuming_a_run_without_checkpoints_is_refused_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    main(["fit", "--config", DEFAULT, *SHORT, "--trainer.enable_checkpointing=false"])
+    main(["fit", "--config", DIGITS, *SHORT, "--trainer.enable_checkpointing=false"])
     (run,) = (tmp_path / "logs" / "digits").iterdir()
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}"])
@@ -103,7 +103,7 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(tmp_path: Path) 
 
     from project.cli import CLI
 
-    cli = CLI(["fit", "--config", DEFAULT, *SHORT, "--trainer.overfit_batches=2", "--trainer.max_epochs=3",
+    cli = CLI(["fit", "--config", DIGITS, *SHORT, "--trainer.overfit_batches=2", "--trainer.max_epochs=3",
                "--trainer.callbacks+=probes.Recorder"], run=True)  # fmt: skip
     recorder = next(cb for cb in cli.trainer.callbacks if isinstance(cb, Recorder))
     batches = recorder.batches()

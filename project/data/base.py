@@ -1,0 +1,343 @@
+"""The engine every DataModule gets: the train/val/test split, every DataLoader setting, the samplers (seeded and
+sharded across processes, resumable mid-epoch, unpadded for evaluation), and the normalisation. A DataModule for
+your data subclasses ``ClassificationDataModule`` and only says what the data is (see ``digits.py``,
+``images.py``, ``table.py``, and the README's "Make it yours").
+
+The contract a subclass declares, which everything downstream reads (the model's shapes, ``predict``,
+``export``'s ``model.json``, the notebooks, the tests) instead of knowing the data:
+
+- ``class_names``: one name per class, in label order; ``input_shape``: one sample's shape, e.g. (C, H, W) or
+  (features,); samples are float32 tensors of that shape, labels int64 class indices;
+- ``load_dataset()``: every labelled sample (split here by ``split_seed``), or ``load_splits()`` for your own split;
+- ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
+- ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
+
+Normalisation: with ``normalize=True`` the mean and standard deviation per channel (per feature for tables) are
+computed on the training split only, kept in the DataModule's state (plain lists of floats, so a checkpoint
+still loads with ``weights_only=True``), and applied to every batch after it reaches the device. Datasets, and
+``load_predict_inputs``, stay in raw units; ``export`` builds the normalisation into the exported model.
+"""
+
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
+
+from project.errors import ConfigError
+from project.resumable import ResumableDataLoader, ResumableSampler
+
+# At most this many training samples (a seeded random subset) are read to compute the normalisation.
+NORMALIZATION_SAMPLES = 10_000
+
+
+class UnpaddedDistributedSampler(DistributedSampler):
+    """Evaluation sampler giving rank r the samples r, r+W, r+2W, ...: every sample is seen exactly once.
+
+    torch's DistributedSampler pads the index list with repeats so every rank gets the same count, and
+    torchmetrics does not remove them, so DDP val/test metrics would be biased (LIGHTNING_NOTES §1, §6). Uneven
+    shards are safe here because evaluation makes no per-step collective call (metrics sync once, at epoch end).
+    """
+
+    def __init__(self, dataset: Dataset, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
+        self.num_samples = len(range(rank, len(self.dataset), num_replicas))  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
+
+
+class InputsDataset(Dataset[tuple[Tensor, Tensor]]):
+    """Inputs without labels (label -1), for ``predict`` on your own files."""
+
+    def __init__(self, inputs: Tensor) -> None:
+        self.inputs = inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.inputs[index], torch.tensor(-1)
+
+
+def _run_seed() -> int:
+    """The run's seed (``seed_everything``, which Lightning exports as PL_GLOBAL_SEED), as Lightning's own samplers
+    read it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+class ClassificationDataModule(L.LightningDataModule):
+    """Labelled samples for classification, split train/val/test by a fixed seed and served to one or many
+    processes. Subclasses set ``class_names`` and ``input_shape`` in ``__init__`` and implement ``load_dataset``.
+
+    ``batch_size`` is per process: the global batch is batch_size x devices x num_nodes x accumulate_grad_batches.
+    The train sampler is a seeded ``DistributedSampler`` on every run, one process included, so the sample order
+    depends only on the run's seed and the epoch (Lightning calls ``set_epoch``), never on global RNG state; the
+    train loader is resumable mid-epoch (``project/resumable.py``).
+    """
+
+    class_names: list[str]
+    input_shape: tuple[int, ...]
+
+    def __init__(
+        self,
+        batch_size: int = 64,
+        num_workers: int | None = 0,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = True,
+        prefetch_factor: int = 2,
+        drop_last: bool = False,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+        split_seed: int = 1234,
+        normalize: bool = True,
+        predict_path: str | None = None,
+    ) -> None:
+        """
+        Args:
+            batch_size: samples per batch per process.
+            num_workers: DataLoader worker processes (0 = load in the training process, right for in-memory data;
+                None = one per CPU core available to this process, shared among the processes on this machine,
+                at most 8).
+            pin_memory: page-locked host memory for faster host-to-GPU copies; ``None`` = on when training on CUDA.
+            persistent_workers: keep workers alive between epochs (only applies when num_workers > 0).
+            prefetch_factor: batches each worker loads ahead (only applies when num_workers > 0).
+            drop_last: drop the last incomplete train batch of each epoch.
+            val_fraction: fraction of all samples held out for validation.
+            test_fraction: fraction of all samples held out for the final test.
+            split_seed: seed of the train/val/test split, fixed apart from the run's seed so that runs with
+                different seeds are scored on the same test set.
+            normalize: standardise inputs with the mean/std per channel (or feature) of the training split.
+            predict_path: what ``predict`` runs on: a file or folder that ``load_predict_inputs`` reads; None =
+                the test split.
+        """
+        super().__init__()
+        if batch_size < 1:
+            raise ConfigError(f"data.batch_size={batch_size!r}: the batch size must be >= 1.")
+        if num_workers is not None and num_workers < 0:
+            raise ConfigError(f"data.num_workers={num_workers!r}: the worker count must be >= 0.")
+        if prefetch_factor < 1:
+            raise ConfigError(f"data.prefetch_factor={prefetch_factor!r}: must be >= 1.")
+        for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0.0 < value < 1.0:
+                raise ConfigError(f"data.{key}={value!r}: a fraction must lie strictly between 0 and 1.")
+        if val_fraction + test_fraction >= 1.0:
+            raise ConfigError(
+                f"data.val_fraction + data.test_fraction = {val_fraction + test_fraction!r}: "
+                "together they must be < 1 to leave samples for training."
+            )
+        # Collects the subclass's own arguments too (Lightning walks the chain of __init__ frames).
+        self.save_hyperparameters()
+        self._train_loader: ResumableDataLoader | None = None
+        self._train_loader_state: dict[str, int] | None = None
+        self._normalization: dict[str, list[float]] | None = None
+        self._norm_tensors: tuple[Tensor, Tensor] | None = None
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None
+        self.predict_set: Dataset | None = None
+
+    # ---- what a subclass provides -------------------------------------------------------------------------------
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def load_dataset(self) -> Dataset:
+        """Every labelled sample: ``dataset[i]`` is (float32 tensor shaped ``input_shape``, int64 class index)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement load_dataset() (or load_splits()).")
+
+    def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
+        """(train, val, test). By default a seeded random split of ``load_dataset()``; override it when your data
+        comes already split."""
+        dataset = self.load_dataset()
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.hparams["split_seed"]))  # type: ignore[arg-type]
+        n_val = math.ceil(len(order) * self.hparams["val_fraction"])
+        n_test = math.ceil(len(order) * self.hparams["test_fraction"])
+        val, test, train = order[:n_val], order[n_val : n_val + n_test], order[n_val + n_test :]
+        return Subset(dataset, train.tolist()), Subset(dataset, val.tolist()), Subset(dataset, test.tolist())
+
+    def load_predict_inputs(self, path: Path) -> Tensor:
+        """The inputs in ``path`` for ``predict``, shaped (N, *input_shape), in the same raw units as the training
+        samples. Here: a .npy array of N samples (each of ``input_shape`` or flattened); subclasses read more."""
+        if path.suffix != ".npy" or not path.is_file():
+            raise ConfigError(f"data.predict_path={str(path)!r}: expected a .npy file of N x {self.input_shape}.")
+        return self.check_predict_inputs(path, np.load(path, allow_pickle=False))
+
+    def show(self, sample: Tensor, ax: Any) -> None:
+        """Draws one raw sample on a matplotlib Axes: an image for (C, H, W) inputs, a bar per feature otherwise."""
+        if sample.ndim == 3:
+            image = sample.permute(1, 2, 0).clamp(0, 1).numpy()
+            ax.imshow(image[..., 0] if image.shape[-1] == 1 else image[..., :3], cmap="gray")
+            ax.set_axis_off()
+        else:
+            ax.bar(range(sample.numel()), sample.flatten().numpy())
+            ax.set_xticks([])
+
+    # ---- the engine -----------------------------------------------------------------------------------------------
+
+    def check_predict_inputs(self, path: Path, values: Any) -> Tensor:
+        """``values`` as float32 (N, *input_shape), or a ``ConfigError`` naming ``path`` and the shape expected."""
+        values = np.asarray(values)
+        flat = math.prod(self.input_shape)
+        if (
+            values.ndim < 2
+            or len(values) == 0
+            or (values.shape[1:] != self.input_shape and values.shape[1:] != (flat,))
+        ):
+            raise ConfigError(
+                f"data.predict_path={str(path)!r} holds an array shaped {values.shape}; expected N >= 1 samples "
+                f"shaped {self.input_shape} (or rows of {flat} values)."
+            )
+        inputs = torch.as_tensor(values, dtype=torch.float32).reshape(-1, *self.input_shape)
+        if not torch.isfinite(inputs).all():
+            raise ConfigError(f"data.predict_path={str(path)!r}: the values must be finite (found NaN or inf).")
+        return inputs
+
+    def setup(self, stage: str | None = None) -> None:
+        if stage == "predict" and self.hparams["predict_path"] and self.predict_set is None:
+            path = Path(self.hparams["predict_path"])
+            if not path.exists():
+                raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
+            self.predict_set = InputsDataset(self.load_predict_inputs(path))
+        if self.train_set is None:
+            self.train_set, self.val_set, self.test_set = self.load_splits()
+
+    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
+        """A whole split as (raw inputs, labels) stacked in memory: for notebooks, export and tests."""
+        if self.train_set is None:
+            self.setup("fit")
+        dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[split]
+        assert dataset is not None
+        xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)  # type: ignore[arg-type]
+        return torch.stack(xs), torch.as_tensor(ys, dtype=torch.int64)
+
+    @property
+    def normalization(self) -> dict[str, list[float]] | None:
+        """{"mean": [...], "std": [...]} per channel (feature), from the training split; None without ``normalize``.
+        Computed on first use unless a checkpoint restored it."""
+        if self.hparams["normalize"] and self._normalization is None:
+            self._normalization = self._compute_normalization()
+        return self._normalization
+
+    def _compute_normalization(self) -> dict[str, list[float]]:
+        if self.train_set is None:
+            self.setup("fit")
+        assert self.train_set is not None
+        n = len(self.train_set)  # type: ignore[arg-type]
+        picked = torch.randperm(n, generator=torch.Generator().manual_seed(self.hparams["split_seed"]))
+        subset = Subset(self.train_set, sorted(picked[:NORMALIZATION_SAMPLES].tolist()))
+        channels = self.input_shape[0]
+        total, total_sq, count = (
+            torch.zeros(channels, dtype=torch.float64),
+            torch.zeros(channels, dtype=torch.float64),
+            0,
+        )
+        for x, _ in DataLoader(subset, batch_size=256, num_workers=self._workers()):
+            x = x.double().transpose(0, 1).flatten(1)  # (channel or feature, everything else)
+            total, total_sq, count = total + x.sum(1), total_sq + (x * x).sum(1), count + x.shape[1]
+        mean = total / count
+        std = (total_sq / count - mean * mean).clamp_min(0).sqrt().clamp_min(1e-6)  # a constant input stays finite
+        return {"mean": mean.tolist(), "std": std.tolist()}
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """Raw inputs -> what the net sees (identity without ``normalize``)."""
+        stats = self.normalization
+        if stats is None:
+            return x
+        if self._norm_tensors is None or self._norm_tensors[0].device != x.device:
+            view = (-1,) + (1,) * (len(self.input_shape) - 1)
+            self._norm_tensors = tuple(  # type: ignore[assignment]
+                torch.tensor(stats[k], dtype=torch.float64, device=x.device).view(view) for k in ("mean", "std")
+            )
+        mean, std = self._norm_tensors  # type: ignore[misc]
+        return (x - mean.to(x.dtype)) / std.to(x.dtype)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        x, y = batch
+        return self.normalize(x), y
+
+    def _world(self) -> tuple[int, int]:
+        return (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+
+    def _workers(self) -> int:
+        workers = self.hparams["num_workers"]
+        if workers is None:
+            per_machine = self.trainer.num_devices if self.trainer else 1
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            workers = min(8, max(1, cores // per_machine))
+        return workers
+
+    def _loader(
+        self, dataset: Dataset, sampler: Sampler, loader_class: type[DataLoader] = DataLoader, **kwargs: Any
+    ) -> DataLoader:
+        workers = self._workers()
+        pin = self.hparams["pin_memory"]
+        if pin is None:
+            pin = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        return loader_class(
+            dataset,
+            batch_size=self.hparams["batch_size"],
+            sampler=sampler,
+            num_workers=workers,
+            pin_memory=pin,
+            persistent_workers=self.hparams["persistent_workers"] and workers > 0,
+            prefetch_factor=self.hparams["prefetch_factor"] if workers > 0 else None,
+            # Worker seeds are drawn from this generator, not from the global RNG, which stays untouched by
+            # loaders (its state is checkpointed for dropout; see project/rng.py).
+            generator=torch.Generator().manual_seed(_run_seed()),
+            **kwargs,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None, "call setup() first"
+        world_size, rank = self._world()
+        # drop_last=True on the sampler: with several processes the tail that does not divide evenly is dropped
+        # (a different one each epoch) instead of padded with repeated samples. One process drops nothing.
+        sampler = ResumableSampler(
+            self.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=_run_seed(), drop_last=True
+        )
+        loader = self._loader(self.train_set, sampler, ResumableDataLoader, drop_last=self.hparams["drop_last"])
+        assert isinstance(loader, ResumableDataLoader)
+        if self._train_loader_state is not None:
+            loader.load_state_dict(self._train_loader_state)
+            self._train_loader_state = None
+        self._train_loader = loader
+        return loader
+
+    # The position in the epoch travels in the checkpoint through the DataModule's own state, which Lightning
+    # restores before anything asks for a loader. Lightning's restore of stateful loaders is skipped when the
+    # loader was built early, as configure_optimizers does by reading estimated_stepping_batches. The
+    # normalisation travels the same way, so test/predict/export of a checkpoint use the statistics it trained with.
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"normalization": self.normalization}
+        if self._train_loader is not None:
+            state["train_loader"] = self._train_loader.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._train_loader_state = state.get("train_loader")
+        if state.get("normalization") is not None:
+            self._normalization, self._norm_tensors = state["normalization"], None
+
+    def _eval_loader(self, dataset: Dataset | None) -> DataLoader:
+        assert dataset is not None, "call setup() first"
+        world_size, rank = self._world()
+        if len(dataset) < world_size:  # type: ignore[arg-type]
+            raise ConfigError(f"An evaluation split of {len(dataset)} samples cannot feed {world_size} processes.")  # type: ignore[arg-type]
+        return self._loader(dataset, UnpaddedDistributedSampler(dataset, world_size, rank))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.val_set)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.test_set)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._eval_loader(self.predict_set if self.predict_set is not None else self.test_set)

@@ -1,0 +1,67 @@
+"""Example data in the two everyday shapes, to try ``configs/data/images.yaml`` and ``configs/data/csv.yaml``:
+
+    python scripts/make_example_data.py            # data/images/{circle,square,triangle}/*.png, data/table.csv
+
+- images: RGB pictures of a circle, a square or a triangle of random size, position and colour on a noisy
+  background, one subfolder per class (what ``ImageFolderDataModule`` reads);
+- table: scikit-learn's breast-cancer table (569 rows, 30 numeric features, target ``diagnosis`` =
+  benign/malignant), as a CSV file with a header (what ``CSVDataModule`` reads).
+The tests use the same functions with small sizes.
+"""
+
+import argparse
+import csv
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = ("circle", "square", "triangle")
+
+
+def write_shapes(root: str | Path, per_class: int = 200, size: int = 32, seed: int = 0) -> Path:
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    for name in SHAPES:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            background = rng.integers(128, 256, 3)  # a light background, a dark shape of any hue
+            noise = rng.normal(0, 12, (size, size, 3))
+            image = Image.fromarray(np.clip(background + noise, 0, 255).astype(np.uint8), "RGB")
+            draw = ImageDraw.Draw(image)
+            r = rng.uniform(0.25, 0.45) * size
+            cx, cy = rng.uniform(r, size - r, 2)
+            colour = tuple(int(c) for c in rng.integers(0, 100, 3))
+            if name == "circle":
+                draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=colour)
+            elif name == "square":
+                draw.rectangle((cx - r, cy - r, cx + r, cy + r), fill=colour)
+            else:
+                draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=colour)
+            image.save(root / name / f"{i:04d}.png")
+    return root
+
+
+def write_breast_cancer(path: str | Path, rows: int | None = None) -> Path:
+    from sklearn.datasets import load_breast_cancer
+
+    table = load_breast_cancer()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*(n.replace(" ", "_") for n in table.feature_names), "diagnosis"])
+        for x, y in list(zip(table.data, table.target, strict=True))[:rows]:
+            writer.writerow([*(f"{v:.6g}" for v in x), table.target_names[y]])
+    return path
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="data", help="folder to write images/ and table.csv into")
+    parser.add_argument("--per-class", type=int, default=200)
+    parser.add_argument("--size", type=int, default=32)
+    args = parser.parse_args()
+    print(f"Wrote {write_shapes(Path(args.out) / 'images', args.per_class, args.size)}/")
+    print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
