@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "tests" / "configs" / "digits.yaml")  # the engine tests' own config
 USER_DEFAULT = str(ROOT / "configs" / "default.yaml")  # what the user selected: the contract suite runs it
 DEBUG = str(ROOT / "configs" / "debug.yaml")
+IMAGES = str(ROOT / "tests" / "configs" / "images.yaml")  # over DIGITS, with --data.root=<image_folder>
+TABLE = str(ROOT / "tests" / "configs" / "table.yaml")  # over DIGITS, with --data.path=<table_csv>
+sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
 
 # What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
 # environment, and a nested `make resume` would read them back (ARGS= pytest flags given to the CLI).
@@ -57,6 +60,22 @@ _scratch: Path | None = None
 def _scratch_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
     global _scratch
     _scratch = tmp_path_factory.mktemp("scratch")
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes (circle, square, triangle) x 40 RGB 16x16 PNGs, one subfolder per class."""
+    from make_example_data import write_shapes
+
+    return write_shapes(tmp_path_factory.mktemp("data") / "shapes", per_class=40, size=16)
+
+
+@pytest.fixture(scope="session")
+def table_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scikit-learn's breast-cancer table as a CSV: 569 rows, 30 numeric features, target diagnosis."""
+    from make_example_data import write_breast_cancer
+
+    return write_breast_cancer(tmp_path_factory.mktemp("data") / "breast_cancer.csv")
 
 
 def scratch_dir() -> Path:

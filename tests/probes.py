@@ -211,3 +211,13 @@ class FullStateAtSteps(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero:
             torch.save(self.records, self.out)
+
+
+class NoDropout(L.Callback):
+    """Sets every ``nn.Dropout`` to p=0 before training: equivalence runs that draw their masks in different orders
+    (another batch split, another process) then compute the same function, whatever the net."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for module in pl_module.modules():
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+                module.p = 0.0

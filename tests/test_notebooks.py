@@ -1,11 +1,12 @@
-"""The notebooks run top to bottom on a real Jupyter kernel, and are committed without outputs."""
+"""The notebooks run top to bottom on a real Jupyter kernel, and are committed without outputs (02 on a given run of
+each contract subject: tests/test_contract.py)."""
 
 import os
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import DEBUG, DIGITS, ROOT, fit
+from conftest import ROOT
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -45,17 +46,7 @@ def _images(notebook: nbformat.NotebookNode) -> int:
 def test_data_and_schedule_notebook_runs() -> None:
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb", {})
     assert _images(notebook) == 3  # sample grid, class balance, LR curve
-    assert "images: (64, 1, 8, 8) torch.float32" in _text(notebook)
-
-
-@pytest.mark.slow
-def test_inspect_run_notebook_runs_on_a_given_run(tmp_path: Path) -> None:
-    fit(tmp_path, configs=(DIGITS, DEBUG))
-    notebook = _execute(
-        ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(tmp_path / "debug" / "version_0")}
-    )
-    assert "test accuracy of best.ckpt" in _text(notebook)
-    assert _images(notebook) >= 2  # confusion matrix and curves (and the mistakes, if any)
+    assert "inputs: (64, 1, 8, 8) torch.float32" in _text(notebook)
 
 
 @pytest.mark.slow

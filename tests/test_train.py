@@ -35,7 +35,8 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["max_epochs"] == 2
     assert config["model"]["net"]["class_path"] == "project.nets.ConvNet"
-    assert config["data"]["batch_size"] == 64
+    assert config["data"]["class_path"] == "project.data.DigitsDataModule"
+    assert config["data"]["init_args"]["batch_size"] == 64
 
     logged = scalars(run)
     assert logged.keys() >= EXPECTED_TAGS

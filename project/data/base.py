@@ -208,6 +208,8 @@ class ClassificationDataModule(L.LightningDataModule):
             self.predict_set = InputsDataset(self.load_predict_inputs(path))
         if self.train_set is None:
             self.train_set, self.val_set, self.test_set = self.load_splits()
+        if stage == "fit":
+            self.normalization  # noqa: B018  (computed now, before training starts, unless a checkpoint restores it)
 
     def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
         """A whole split as (raw inputs, labels) stacked in memory: for notebooks, export and tests."""

@@ -1,0 +1,215 @@
+"""The contract suite: the template's key guarantees, run against the data and net that ``configs/default.yaml``
+selects ("default": after you swap in your own DataModule or net, these say whether it keeps them), and against
+the engine's two other fixtures, a generated image folder and a generated CSV table ("images", "table").
+
+Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
+versions of each guarantee run on digits in the other test files.
+"""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import DIGITS, IMAGES, ROOT, TABLE, USER_DEFAULT, fit, run_module, scalars
+from probes import Recorder
+
+from project.cli import CLI, main
+from project.data import ClassificationDataModule
+from project.data.base import NORMALIZATION_SAMPLES
+from project.last_checkpoint import Interrupted
+
+pytestmark = pytest.mark.slow
+SUBJECTS = ("default", "images", "table")
+EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
+
+
+@pytest.fixture(scope="module", params=SUBJECTS)
+def subject(request: pytest.FixtureRequest, image_folder: Path, table_csv: Path) -> tuple[str, ...]:
+    """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
+    return {
+        "default": ("--config", USER_DEFAULT),
+        "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),
+        "table": ("--config", DIGITS, "--config", TABLE, f"--data.path={table_csv}"),
+    }[request.param]
+
+
+def _fit(save_dir: Path, subject: tuple[str, ...], *args: str) -> CLI:
+    return CLI(["fit", *subject, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
+
+
+def _has_batchnorm(cli: CLI) -> bool:
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in cli.model.modules())
+
+
+@pytest.fixture(scope="module")
+def trained(subject: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CLI]:
+    """A short run of the subject (2 epochs of at most 10 batches), tested on the whole test split."""
+    cli = _fit(tmp_path_factory.mktemp("trained"), subject, "--trainer.max_epochs=2",
+               "--trainer.limit_train_batches=10", *EVAL)  # fmt: skip
+    return Path(cli.trainer.log_dir), cli
+
+
+def test_the_datamodule_declares_its_contract(subject: tuple[str, ...]) -> None:
+    dm = CLI(list(subject), run=False).datamodule
+    assert isinstance(dm, ClassificationDataModule)
+    names = dm.class_names
+    assert len(names) >= 2 and len(set(names)) == len(names) and all(isinstance(n, str) for n in names)
+    dm.setup("fit")
+    x, y = dm.train_set[0]
+    assert x.shape == dm.input_shape and x.dtype == torch.float32 and y.dtype == torch.int64
+    inputs, labels = dm.split_tensors("val")
+    assert ((labels >= 0) & (labels < dm.num_classes)).all()
+    # The normalisation, if any, is the training split's own: normalised training inputs have mean 0 and std 1
+    # per channel (feature), to float64 rounding of the sums (relative 1e-6 leaves room for float32 inputs).
+    stats = dm.normalization
+    if stats is not None:
+        assert len(stats["mean"]) == len(stats["std"]) == dm.input_shape[0]
+        train, _ = dm.split_tensors("train")
+        if len(train) <= NORMALIZATION_SAMPLES:  # otherwise computed on a seeded subset of that size
+            z = dm.normalize(train.double()).transpose(0, 1).flatten(1)
+            live = torch.tensor(stats["std"]) > 1e-6  # a constant channel stays unscaled
+            torch.testing.assert_close(z.mean(1), torch.zeros(len(z), dtype=torch.float64), rtol=0, atol=1e-6)
+            torch.testing.assert_close(z.std(1, correction=0)[live], torch.ones(int(live.sum()), dtype=torch.float64))
+    # A raw input saved as .npy comes back from the predict decoder unchanged.
+    path = Path("inputs.npy")
+    np.save(path, inputs[:5].numpy())
+    assert torch.equal(dm.load_predict_inputs(path), inputs[:5])
+    # show() draws something for a person to look at.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    dm.show(inputs[0], ax)
+    assert ax.images or ax.patches
+    plt.close(fig)
+
+
+def test_fit_learns_one_batch_by_heart(subject: tuple[str, ...], tmp_path: Path) -> None:
+    """A net and loss that work drive the loss on one repeated batch down: the cheapest proof that data, net and
+    loss are wired together, whatever the data."""
+    cli = _fit(tmp_path, subject, "--trainer.overfit_batches=1", "--trainer.max_epochs=30",
+               "--trainer.log_every_n_steps=1", "--trainer.limit_val_batches=0",
+               "--trainer.enable_checkpointing=false")  # fmt: skip
+    losses = [v for _, v in scalars(cli.trainer.log_dir)["train/loss"]]
+    assert len(losses) == 30 and min(losses[-5:]) < 0.5 * losses[0], losses
+
+
+def test_a_run_interrupted_mid_epoch_resumes_bit_for_bit(subject: tuple[str, ...], tmp_path: Path) -> None:
+    short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=6", "--trainer.log_every_n_steps=1", *EVAL)
+    straight = _fit(tmp_path / "straight", subject, *short)
+    # Ctrl-C as step 8 starts (mid epoch 1): last.ckpt at the next step boundary, then `make resume`.
+    with pytest.raises(Interrupted):
+        _fit(tmp_path / "resumed", subject, *short, "--trainer.callbacks+=probes.CrashAt",
+             "--trainer.callbacks.step=8", "--trainer.callbacks.signal=2")  # fmt: skip
+    run = next((tmp_path / "resumed").glob("*/version_0"))
+    resumed = fit(tmp_path / "resumed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                  configs=(str(run / "config.yaml"),))  # fmt: skip
+    assert resumed.trainer.global_step == straight.trainer.global_step == 12
+    expected = torch.load(Path(straight.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    for name, value in expected["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], value), f"{name} differs after resuming"
+    assert scalars(run)["train/loss"] == scalars(straight.trainer.log_dir)["train/loss"]
+
+
+def _recorded(save_dir: Path, subject: tuple[str, ...], *args: str) -> Recorder:
+    cli = _fit(save_dir, subject, "--trainer.precision=64-true", "--trainer.max_steps=3", "--trainer.max_epochs=1",
+               "--trainer.limit_val_batches=0", "--trainer.callbacks+=probes.NoDropout",
+               "--trainer.callbacks+=probes.Recorder", "--trainer.callbacks.keep_grads=true", *args)  # fmt: skip
+    if _has_batchnorm(cli):
+        pytest.skip("the net has BatchNorm: micro-batches are normalised over themselves, so accumulation is not "
+                    "a big batch by design (README, Scaling out)")  # fmt: skip
+    return next(cb for cb in cli.trainer.callbacks if isinstance(cb, Recorder))
+
+
+def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
+    small = _recorded(tmp_path / "small", subject, "--data.batch_size=4", "--trainer.accumulate_grad_batches=2")
+    large = _recorded(tmp_path / "large", subject, "--data.batch_size=8")
+    assert [i for b in small.batches() for i in b] == [i for b in large.batches() for i in b]
+    # In float64 the only difference is the summation order (2 means of 4 vs one mean of 8): ~1e-16 relative
+    # per operation; 1e-9 leaves 10^6 for the depth of the net; a missing or doubled micro-batch is O(1).
+    for step, (a, b) in enumerate(zip(small.grads, large.grads, strict=True)):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11, msg=f"gradient of step {step}")
+
+
+# Not on the table fixture: its rows are served as digits' are (an in-memory TensorDataset), whose DDP path the
+# default subject and test_ddp.py check, and a DDP launch costs ~20 s.
+@pytest.mark.parametrize("subject", ["default", "images"], indirect=True)
+def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
+    common = ("--trainer.precision=64-true", "--trainer.max_steps=3", "--trainer.max_epochs=1",
+              "--trainer.limit_val_batches=0", "--trainer.accelerator=cpu", "--data.num_workers=0",
+              "--trainer.callbacks+=probes.NoDropout", "--trainer.callbacks+=probes.Recorder")  # fmt: skip
+    single = _fit(tmp_path / "single", subject, *common, f"--trainer.callbacks.out_dir={tmp_path / 'one'}",
+                  "--data.batch_size=8")  # fmt: skip
+    if _has_batchnorm(single):
+        pytest.skip("the net has BatchNorm: 2 x B equals 1 x 2B only with trainer.sync_batchnorm, which needs GPUs")
+    ddp = run_module("fit", *subject, "--config", str(ROOT / "configs" / "ddp.yaml"), *common,
+                     f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
+                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}")  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
+    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for step, batch in enumerate(one["batches"]):
+        assert sorted(batch) == sorted(ranks[0]["batches"][step] + ranks[1]["batches"][step])
+    # float64 (see test_ddp.py): summation order alone differs; 1e-10 on weights after 3 AdamW steps.
+    for name, value in one["final_state"].items():
+        torch.testing.assert_close(ranks[0]["final_state"][name], value, rtol=0, atol=1e-10, msg=name)
+
+
+def test_predict_equals_test_and_keeps_the_class_names(trained: tuple[Path, CLI]) -> None:
+    run, cli = trained
+    dm = cli.datamodule
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
+    with open(run / "predictions.csv") as f:
+        rows = list(csv.DictReader(f))
+    _, labels = dm.split_tensors("test")
+    predicted = torch.tensor([int(r["predicted"]) for r in rows])
+    assert [r["label"] for r in rows] == [dm.class_names[i] for i in predicted]
+    assert list(rows[0])[-dm.num_classes :] == [f"prob_{name}" for name in dm.class_names]
+    (_, test_acc), *_ = scalars(run)["test/acc"]
+    assert (predicted == labels).float().mean().item() == pytest.approx(test_acc, abs=1e-6)
+    # The same inputs given as a file (raw units, as the DataModule decodes them) get the same predictions.
+    inputs, _ = dm.split_tensors("test")
+    np.save(run / "test_inputs.npy", inputs[:20].numpy())
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
+          f"--data.predict_path={run / 'test_inputs.npy'}"])  # fmt: skip
+    with open(run / "predictions.csv") as f:
+        assert [int(r["predicted"]) for r in csv.DictReader(f)] == predicted[:20].tolist()
+
+
+def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI]) -> None:
+    import onnxruntime
+
+    from project.export import export
+
+    run, cli = trained
+    dm = cli.datamodule
+    metadata = export(run / "checkpoints" / "best.ckpt")
+    assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
+    assert metadata["output"]["classes"] == dm.class_names
+    assert metadata["input"]["shape"] == ["batch", *dm.input_shape]
+    assert metadata["input"]["normalization"] == dm.normalization
+    # Raw inputs in, the trained model's logits out (the normalisation is inside the exported model).
+    inputs, _ = dm.split_tensors("test")
+    session = onnxruntime.InferenceSession(str(run / "checkpoints" / "model.onnx"), providers=["CPUExecutionProvider"])
+    model = cli.model.eval()
+    with torch.inference_mode():
+        expected = model(dm.normalize(inputs))
+    got = torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
+    # float32 end to end: ~1e-6 relative per op; 1e-4 absolute on logits of order 1-10 leaves a wide margin.
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+    assert math.isclose(metadata["parity"]["onnx"]["argmax_agreement"], 1.0)
+
+
+def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
+    from test_notebooks import _execute, _text
+
+    run, _ = trained
+    notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(run)})
+    assert "test accuracy of best.ckpt" in _text(notebook)
