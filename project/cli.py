@@ -50,10 +50,15 @@ class SaveConfig(SaveConfigCallback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         refused = isinstance(exception, ConfigError | MisconfigurationException)
-        if refused and self.already_saved and trainer.is_global_zero and trainer.log_dir:
-            run_dir = Path(trainer.log_dir)
-            if not any(run_dir.rglob("*.ckpt")):
-                shutil.rmtree(run_dir, ignore_errors=True)
+        if not (refused and trainer.is_global_zero and trainer.log_dir):
+            return
+        run_dir = Path(trainer.log_dir)
+        files = [p for p in run_dir.rglob("*") if p.is_file()]
+        # Ours: we saved its config, or (refused before that, e.g. by the data's setup) it holds only what the
+        # logger wrote in this run. A directory with a checkpoint, or anything else, is never removed.
+        ours = self.already_saved or all(p.name.startswith("events.out.tfevents.") for p in files)
+        if ours and not any(p.suffix == ".ckpt" for p in files):
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class CLI(LightningCLI):
@@ -254,7 +259,10 @@ def main(args: list[str] | None = None) -> None:
     try:
         CLI(args)
     except (ConfigError, MisconfigurationException) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)  # Lightning's own misconfigurations too
+        message = str(err)
+        if "Original Traceback" in message:  # raised in a DataLoader worker: torch prepends the worker's traceback
+            message = message.rstrip().splitlines()[-1].partition(": ")[2]
+        print(f"error: {' '.join(message.split())}", file=sys.stderr)  # Lightning's own misconfigurations too
         sys.exit(2)
     except Interrupted as stop:
         if stop.rank == 0:
