@@ -20,7 +20,7 @@ def test_image_folder_reads_classes_from_subfolders_and_decodes_like_predict(ima
     dm = ImageFolderDataModule(root=str(image_folder), image_size=(6, 10))
     assert dm.class_names == ["circle", "square", "triangle"] and dm.input_shape == (3, 6, 10)
     dm.setup("fit")
-    inputs, labels = dm.split_tensors("test")
+    inputs, _ = dm.split_tensors("test")
     assert inputs.shape[1:] == (3, 6, 10) and inputs.min() >= 0 and inputs.max() <= 1
     assert torch.bincount(torch.cat([dm.split_tensors(s)[1] for s in ("train", "val", "test")])).tolist() == [40] * 3
     # predict decodes a file exactly as training does: the test split's own files give its tensors back.
@@ -85,8 +85,8 @@ def test_a_corrupt_image_stops_the_run_naming_the_file(
     bad = root / "circle" / "0007.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n but not really")
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DIGITS, "--config", str(ROOT / "tests" / "configs" / "images.yaml"),
-              f"--data.root={root}", f"--data.num_workers={workers}", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+        main(["fit", "--config", DIGITS, "--config", IMAGES, f"--data.root={root}", f"--data.num_workers={workers}",
+              f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"error: '{bad}' is not a readable image" in err and "Traceback" not in err
