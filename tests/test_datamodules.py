@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DEBUG, DIGITS, ROOT, fit, scalars
+from conftest import DEBUG, DIGITS, IMAGES, ROOT, fit, scalars
 
 from project.cli import main
 from project.data import CSVDataModule, ImageFolderDataModule
@@ -103,9 +103,8 @@ def test_a_table_keeps_its_class_names_and_standardises_from_the_train_split(tab
     assert stats["mean"] == pytest.approx(train.double().mean(0).tolist(), rel=1e-9)
     assert stats["std"] == pytest.approx(train.double().std(0, correction=0).tolist(), rel=1e-9)
     picked = CSVDataModule(path=str(table_csv), target="diagnosis", features=["mean_area", "mean_radius"])
-    assert picked.input_shape == (2,) and picked.inputs[0].tolist() == pytest.approx(
-        [1001.0, 17.99]
-    )  # the first row, in order
+    assert picked.input_shape == (2,)
+    assert picked.inputs[0].tolist() == pytest.approx([1001.0, 17.99])  # the first row, in the order asked
 
 
 def test_integer_labels_sort_numerically_and_predict_reads_columns_by_name(tmp_path: Path) -> None:
