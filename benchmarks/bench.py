@@ -16,7 +16,6 @@ by its optimizer steps.
 import argparse
 import itertools
 import json
-import math
 import os
 import platform
 import random
@@ -24,62 +23,102 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-# Workloads: the default config (tiny steps: Lightning's fixed per-step cost shows), and a heavier one whose step
-# costs >= 10 ms on a 2-core CPU (a wider ConvNet at a larger batch).
+CONFIG = str(ROOT / "configs" / "default.yaml")
+# Workloads: flags over the config. "default" is the config as it is (on digits, tiny steps: Lightning's fixed
+# per-step cost shows); "heavy" has a step of >= 10 ms on a 2-core CPU for the shipped ConvNet (3x wider, 4x the
+# batch). Both runs of a workload read everything from the template's own objects (write_spec), so they do the
+# same work whatever the config's data and net.
 WORKLOADS = {
-    "default": {"channels": 32, "batch_size": 64, "epochs": 8},
-    "heavy": {"channels": 96, "batch_size": 256, "epochs": 4},
+    "default": {"args": [], "epochs": 8},
+    "heavy": {"args": ["--model.net.init_args.channels=96", "--data.batch_size=256"], "epochs": 4},
 }
-SEED, LR, MIN_LR, WARMUP, WEIGHT_DECAY, CLIP, DROPOUT, SPLIT_SEED = 42, 3e-3, 1e-5, 0.05, 0.05, 1.0, 0.1, 1234
 
 
 def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def run_reference(workload: str, epochs: int | None = None, t0: float | None = None) -> dict:
-    """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule."""
-    from sklearn.datasets import load_digits
-    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-    from project.nets import ConvNet
-    from project.schedule import WarmupCosine
+def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = None) -> Any:
+    from project.cli import CLI
 
     w = WORKLOADS[workload]
-    epochs = epochs or w["epochs"]
-    device = _device()
-    random.seed(SEED), np.random.seed(SEED), torch.manual_seed(SEED)  # what seed_everything(42) does
-    torch.use_deterministic_algorithms(True)  # what trainer.deterministic: true does (it costs ~20% here)
+    return CLI(
+        [
+            "--config", config, *w["args"], f"--trainer.max_epochs={epochs or w['epochs']}",
+            f"--trainer.logger.init_args.save_dir={save_dir or ROOT / 'benchmarks' / 'results' / 'logs'}",
+            "--trainer.logger.init_args.name=bench",
+        ],
+        run=False,
+    )  # fmt: skip
 
-    digits = load_digits()  # the DataModule's split: 15% val, 15% test, the rest train, by split_seed
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    labels = torch.tensor(digits.target)
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(SPLIT_SEED))
-    n_eval = math.ceil(len(order) * 0.15)
-    val, train = order[:n_eval], order[2 * n_eval :]
-    train_set = TensorDataset(images[train], labels[train])
-    sampler = DistributedSampler(train_set, num_replicas=1, rank=0, shuffle=True, seed=SEED, drop_last=True)
+
+def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> None:
+    """What the hand-written loop needs, read from the objects the template's CLI builds for the same config: the
+    DataModule's splits as tensors and its normalisation (its contract), the net's class and arguments, and the
+    recipe's hyperparameters. Saved as plain data and tensors, so the loop loads it without Lightning."""
+    cli = _cli(config, workload, epochs)
+    dm, model, trainer = cli.datamodule, cli.config.model, cli.config.trainer
+    dm.setup("fit")
+    net_args = {**model.net.init_args.as_dict(), "input_shape": list(dm.input_shape), "num_classes": dm.num_classes}
+    spec = {
+        "train": dm.split_tensors("train"), "val": dm.split_tensors("val"), "normalization": dm.normalization,
+        "net": {"class_path": model.net.class_path, "init_args": net_args},
+        "lr": model.lr, "min_lr": model.min_lr, "warmup": model.warmup, "weight_decay": model.weight_decay,
+        "betas": list(model.betas), "clip": trainer.gradient_clip_val, "deterministic": trainer.deterministic,
+        "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
+        "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"],
+    }  # fmt: skip
+    torch.save(spec, path)
+
+
+def run_reference(spec_path: str | Path, workload: str = "default", t0: float | None = None) -> dict:
+    """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule."""
+    import importlib
+
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from project.schedule import WarmupCosine, resolve_warmup_steps
+
+    spec = torch.load(spec_path, weights_only=True)
+    device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)  # what seed_everything does
+    torch.use_deterministic_algorithms(spec["deterministic"])  # what trainer.deterministic does (~20% here)
+
+    train_set = TensorDataset(*spec["train"])
+    sampler = DistributedSampler(train_set, num_replicas=1, rank=0, shuffle=True, seed=seed, drop_last=True)
     # A generator of its own, as the template's loader has: creating an iterator then draws no global RNG.
-    loader = DataLoader(train_set, batch_size=w["batch_size"], sampler=sampler, generator=torch.Generator())
-    val_x, val_y = images[val].to(device), labels[val].to(device)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, generator=torch.Generator(),
+                        drop_last=spec["drop_last"])  # fmt: skip
+    val_x, val_y = spec["val"][0].to(device), spec["val"][1].to(device)
+    stats = spec["normalization"]  # applied on the device, as the DataModule's on_after_batch_transfer does
+    view = (-1,) + (1,) * (val_x.ndim - 2)
+    mean, std = torch.zeros((), device=device), torch.ones((), device=device)
+    if stats:
+        mean, std = (
+            torch.tensor(stats[key], dtype=torch.float64, device=device).view(view).float() for key in ("mean", "std")
+        )
 
-    net = ConvNet((1, 8, 8), 10, channels=w["channels"], dropout=DROPOUT).to(device)
+    module, _, name = spec["net"]["class_path"].rpartition(".")
+    net = getattr(importlib.import_module(module), name)(**spec["net"]["init_args"]).to(device)
     decay = [p for p in net.parameters() if p.ndim >= 2]
     no_decay = [p for p in net.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
-    )
+        [{"params": decay, "weight_decay": spec["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=spec["lr"], betas=tuple(spec["betas"]),
+    )  # fmt: skip
     total = len(loader) * epochs
-    scheduler = WarmupCosine(optimizer, math.ceil(WARMUP * total), total, MIN_LR)
+    scheduler = WarmupCosine(optimizer, resolve_warmup_steps(spec["warmup"], total), total, spec["min_lr"])
 
     first_step, epoch_starts = None, []
     for epoch in range(epochs):
@@ -90,31 +129,31 @@ def run_reference(workload: str, epochs: int | None = None, t0: float | None = N
             if first_step is None:
                 first_step = time.time()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = F.cross_entropy(net(x), y)
+            loss = F.cross_entropy(net((x - mean) / std if stats else x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
+            if spec["clip"]:
+                torch.nn.utils.clip_grad_norm_(net.parameters(), spec["clip"])
             optimizer.step()
             scheduler.step()
         net.eval()
         with torch.no_grad():  # the whole val split, in batches as the DataModule serves it
-            chunks = range(0, len(val_y), 64)
-            correct = sum((net(val_x[i : i + 64]).argmax(-1) == val_y[i : i + 64]).sum() for i in chunks)
+            chunks = range(0, len(val_y), batch_size)
+            inputs = (val_x - mean) / std if stats else val_x
+            correct = sum(
+                (net(inputs[i : i + batch_size]).argmax(-1) == val_y[i : i + batch_size]).sum() for i in chunks
+            )
         val_acc = (correct / len(val_y)).item()  # once per epoch
     end = time.perf_counter()
-    return _result("reference", workload, len(loader), [*epoch_starts, end], first_step, t0, val_acc)
+    return _result("reference", workload, batch_size, len(loader), [*epoch_starts, end], first_step, t0, val_acc)
 
 
 def run_template(
-    workload: str, epochs: int | None = None, t0: float | None = None, save_dir: str | None = None
+    config: str, workload: str, epochs: int | None = None, t0: float | None = None, save_dir: str | None = None
 ) -> dict:
-    """The template's own `fit`, built by its CLI from configs/default.yaml, all default callbacks on."""
+    """The template's own `fit`, built by its CLI from the config, all its callbacks on."""
     import lightning as L
 
-    from project.cli import CLI
-
-    w = WORKLOADS[workload]
-    epochs = epochs or w["epochs"]
     epoch_starts: list[float] = []
     first_step: list[float] = []
 
@@ -126,25 +165,18 @@ def run_template(
             if not first_step:
                 first_step.append(time.time())
 
-    cli = CLI(
-        [
-            "--config", str(ROOT / "configs" / "default.yaml"), f"--trainer.max_epochs={epochs}",
-            f"--model.net.init_args.channels={w['channels']}", f"--data.batch_size={w['batch_size']}",
-            f"--trainer.logger.init_args.save_dir={save_dir or ROOT / 'benchmarks' / 'results' / 'logs'}",
-            "--trainer.logger.init_args.name=bench",
-        ],
-        run=False,
-    )  # fmt: skip
-    cli.trainer.callbacks.append(Clock())  # type: ignore[attr-defined]
+    cli = _cli(config, workload, epochs, save_dir)
+    cli.trainer.callbacks.append(Clock())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     end = time.perf_counter()  # after the last epoch's validation and checkpoints
     val_acc = float(cli.trainer.callback_metrics["val/acc"])
     steps = int(cli.trainer.num_training_batches)
-    return _result("template", workload, steps, [*epoch_starts, end], first_step[0], t0, val_acc)
+    batch_size = cli.datamodule.hparams["batch_size"]
+    return _result("template", workload, batch_size, steps, [*epoch_starts, end], first_step[0], t0, val_acc)
 
 
-def _result(kind: str, workload: str, steps_per_epoch: int, marks: list[float], first_step: float | None,
-            t0: float | None, val_acc: float) -> dict:  # fmt: skip
+def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: list[float],
+            first_step: float | None, t0: float | None, val_acc: float) -> dict:  # fmt: skip
     epoch_ms = [1e3 * (b - a) for a, b in itertools.pairwise(marks)]
     per_step = [ms / steps_per_epoch for ms in epoch_ms[1:]]  # the first epoch is warm-up
     return {
@@ -152,18 +184,16 @@ def _result(kind: str, workload: str, steps_per_epoch: int, marks: list[float], 
         "workload": workload,
         "steps_per_epoch": steps_per_epoch,
         "ms_per_step": per_step,
-        "samples_per_sec": WORKLOADS[workload]["batch_size"] * 1e3 / statistics.median(per_step),
+        "samples_per_sec": batch_size * 1e3 / statistics.median(per_step),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "val_acc": val_acc,
         "time_to_first_step_s": None if t0 is None or first_step is None else first_step - t0,
     }
 
 
-def data_path(workload: str, epochs: int = 5) -> float:
-    """Batches per second the default train DataLoader delivers on its own (nothing trains)."""
-    from project.data import DigitsDataModule
-
-    dm = DigitsDataModule(batch_size=WORKLOADS[workload]["batch_size"])
+def data_path(config: str, workload: str, epochs: int = 5) -> float:
+    """Batches per second the config's train DataLoader delivers on its own (nothing trains)."""
+    dm = _cli(config, workload, None).datamodule
     dm.setup("fit")
     loader = dm.train_dataloader()
     start, batches = time.perf_counter(), 0
@@ -172,12 +202,12 @@ def data_path(workload: str, epochs: int = 5) -> float:
     return batches / (time.perf_counter() - start)
 
 
-def _one(kind: str, workload: str, epochs: int | None) -> dict:
+def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path) -> dict:
     """A run in a fresh process; its time to first step counts from the moment it was started."""
     t0 = time.time()
     out = subprocess.run(
-        [sys.executable, __file__, "--one", kind, "--workload", workload, "--t0", repr(t0),
-         *(["--epochs", str(epochs)] if epochs else [])],
+        [sys.executable, __file__, "--one", kind, "--config", config, "--workload", workload, "--t0", repr(t0),
+         "--spec", str(spec), *(["--epochs", str(epochs)] if epochs else [])],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     if out.returncode != 0:
@@ -190,21 +220,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--epochs", type=int, default=None, help="override each workload's epoch count")
+    parser.add_argument("--config", default=CONFIG, help="the run to measure (default: configs/default.yaml)")
     parser.add_argument("--one", choices=["template", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child: one run, its result as the last line of stdout
-        run = run_template if args.one == "template" else run_reference
-        print(json.dumps(run(args.workload, args.epochs, args.t0)))
+        if args.one == "template":
+            print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0)))
+        else:
+            print(json.dumps(run_reference(args.spec, args.workload, args.t0)))
         return
 
     rows, runs = [], []
     for workload in args.workloads:
         results: dict[str, list[dict]] = {"template": [], "reference": []}
-        for _ in range(args.repeats):
-            for kind in ("reference", "template"):
-                results[kind].append(_one(kind, workload, args.epochs))
+        with tempfile.TemporaryDirectory() as scratch:
+            spec = Path(scratch) / "spec.pt"
+            write_spec(args.config, workload, args.epochs, spec)
+            for _ in range(args.repeats):
+                for kind in ("reference", "template"):
+                    results[kind].append(_one(kind, args.config, workload, args.epochs, spec))
         runs += results["reference"] + results["template"]
         summary = {}
         for kind, rs in results.items():
@@ -217,8 +254,8 @@ def main() -> None:
                 "first_step_s": statistics.median(r["time_to_first_step_s"] for r in rs),
             }  # fmt: skip
         ratio = summary["template"]["median"] / summary["reference"]["median"]
-        rows.append({"workload": workload, "ratio": ratio, **summary, "data_path_batches_per_sec": data_path(workload),
-                     "steps_per_epoch": results["template"][0]["steps_per_epoch"]})  # fmt: skip
+        rows.append({"workload": workload, "ratio": ratio, **summary, "steps_per_epoch": results["template"][0]
+                     ["steps_per_epoch"], "data_path_batches_per_sec": data_path(args.config, workload)})  # fmt: skip
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     print(f"\nmake bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {device}, torch {torch.__version__}, "

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import DIGITS, ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench
@@ -12,8 +12,9 @@ import bench
 
 @pytest.mark.slow
 def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:
-    reference = bench.run_reference("default", epochs=2)
-    template = bench.run_template("default", epochs=2, save_dir=str(tmp_path))
+    bench.write_spec(DIGITS, "default", 2, tmp_path / "spec.pt")  # the loop's data and recipe, from the template
+    reference = bench.run_reference(tmp_path / "spec.pt")
+    template = bench.run_template(DIGITS, "default", epochs=2, save_dir=str(tmp_path))
     assert reference["steps_per_epoch"] == template["steps_per_epoch"] == 20
     # Same network, init, data order, optimizer, schedule, clipping and dropout draws: the same model.
     assert template["val_acc"] == reference["val_acc"]
