@@ -143,7 +143,13 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -
     names = {event.get("name") for event in trace["traceEvents"]}
     assert "aten::addmm" in names and "aten::convolution" in names  # the ConvNet's ops, really recorded
     report = (tmp_path / "profile" / "version_0" / "profile.txt").read_text()
-    assert "Self CPU time total" in report and "aten::addmm" in report
+    assert "Self CPU time total" in report
+    # The table: the ops with the most self CPU time, most first, each one recorded in the trace. Which ops make
+    # the top 15 depends on the machine's load (aten::addmm did not, once), so no particular op is asserted.
+    rows = [line.split() for line in report.splitlines() if line.strip().startswith(("aten::", "Optimizer."))]
+    assert 5 <= len(rows) <= 15
+    shares = [float(row[1].rstrip("%")) for row in rows]
+    assert shares == sorted(shares, reverse=True) and all(row[0] in names for row in rows)
     assert "Profiled optimizer steps 5..14" in report and "data wait" in report
 
 
