@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.checkpoints import AtomicCheckpointIO, load_checkpoint
 from project.data import ClassificationDataModule
-from project.errors import ConfigError
+from project.errors import ConfigError, config_error_in
 from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
 from project.predict import CSVPredictionWriter
@@ -106,9 +106,9 @@ class CLI(LightningCLI):
                 "other values, start a new run."
             )
         if subcommand == "fit":
-            self._continue_run_in_place(Path(ckpt_path), int(checkpoint.get("global_step", 0)))
+            self._continue_run_in_place(Path(ckpt_path), checkpoint)
 
-    def _continue_run_in_place(self, ckpt_path: Path, step: int) -> None:
+    def _continue_run_in_place(self, ckpt_path: Path, checkpoint: dict[str, Any]) -> None:
         """Resuming ``<run>/checkpoints/*.ckpt`` logs into ``<run>`` itself, so TensorBoard shows one curve. Events
         the crashed process logged after this checkpoint are purged (TensorBoard's purge_step), so no step is
         shown twice; the run's config.yaml is rewritten with the resumed config."""
@@ -123,10 +123,17 @@ class CLI(LightningCLI):
                 "TensorBoardLogger)."
             )
             return
-        logger.init_args.save_dir = str(run_dir.parent.parent)
+        save_dir = str(run_dir.parent.parent)
+        # ModelCheckpoint keeps its record of the best checkpoint only if its directory is spelled as before
+        # (a relative "logs/..." stays relative); otherwise it would save best-v1.ckpt beside best.ckpt.
+        for name, state in (checkpoint.get("callbacks") or {}).items():
+            dirpath = state.get("dirpath") if name.startswith("ModelCheckpoint") else None
+            if dirpath and Path(dirpath).resolve() == run_dir / "checkpoints":
+                save_dir = str(Path(dirpath).parent.parent.parent)
+        logger.init_args.save_dir = save_dir
         logger.init_args.name = run_dir.parent.name
         logger.init_args.version = run_dir.name
-        logger.init_args.purge_step = step
+        logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
         self.save_config_kwargs["overwrite"] = True
 
     def before_instantiate_classes(self) -> None:
@@ -151,10 +158,7 @@ class CLI(LightningCLI):
         try:
             super().instantiate_classes()
         except ValueError as err:  # jsonargparse wraps what a subclass-mode DataModule raised: our error, unwrapped
-            cause: BaseException | None = err
-            while cause is not None and not isinstance(cause, ConfigError):
-                cause = cause.__cause__ or cause.__context__
-            raise (cause or err) from None
+            raise (config_error_in(err) or err) from None
 
     def after_instantiate_classes(self) -> None:
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another

@@ -28,7 +28,7 @@ def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
     sentence if the file is missing, truncated, unsafe, or not from this project's CLI."""
     from project.checkpoints import load_checkpoint
     from project.data import ClassificationDataModule
-    from project.errors import ConfigError
+    from project.errors import ConfigError, config_error_in
     from project.module import Classifier
 
     hparams = load_checkpoint(checkpoint).get("datamodule_hyper_parameters") or {}
@@ -42,6 +42,9 @@ def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
     data_class = getattr(importlib.import_module(module), name)
     if not issubclass(data_class, ClassificationDataModule):
         raise ConfigError(f"data.class_path={class_path!r} is not a project.data.ClassificationDataModule.")
-    data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
+    try:
+        data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
+    except ValueError as err:  # e.g. the data moved since training: data.root='...': no such folder
+        raise (config_error_in(err) or err) from None
     model = Classifier.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
     return model, data

@@ -244,3 +244,27 @@ def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
     assert [d.name for d in run.parent.iterdir()] == ["version_0"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spelled", ["relative", "absolute"])
+def test_resuming_a_run_logged_under_a_relative_path_keeps_one_best_checkpoint(spelled: str, tmp_path: Path) -> None:
+    # `make train` logs under "logs" (relative); `make resume` may name the checkpoint either way.
+    cli = CLI(["--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=3",
+               "--trainer.logger.init_args.save_dir=logs"], run=False)  # fmt: skip
+    cli.trainer.callbacks.append(CrashAt(epoch=2))
+    with pytest.raises(Crash):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    run = Path("logs/debug/version_0")
+    last = run / "checkpoints" / "last.ckpt"
+    main(
+        [
+            "fit",
+            "--config",
+            str(run / "config.yaml"),
+            f"--ckpt_path={last.resolve() if spelled == 'absolute' else last}",
+        ]
+    )
+    assert torch.load(last, weights_only=True)["global_step"] == 15
+    # The best-checkpoint record survived the resume: no best-v1.ckpt beside best.ckpt.
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
