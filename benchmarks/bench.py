@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "default.yaml")
-# Workloads: flags over the config. "default" is the config as it is (on digits, tiny steps: Lightning's fixed
+# Workloads: flags over the config. "default" is the config as it is (the shipped one has tiny steps: Lightning's fixed
 # per-step cost shows); "heavy" has a step of >= 10 ms on a 2-core CPU for the shipped ConvNet (3x wider, 4x the
 # batch). Both runs of a workload read everything from the template's own objects (write_spec), so they do the
 # same work whatever the config's data and net.
