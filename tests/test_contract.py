@@ -207,6 +207,9 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     assert math.isclose(metadata["parity"]["onnx"]["argmax_agreement"], 1.0)
 
 
+# On the default subject only (~15 s a kernel): the notebook's data-specific parts, show() and the class names,
+# are checked on every subject above.
+@pytest.mark.parametrize("subject", ["default"], indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from test_notebooks import _execute, _text
 

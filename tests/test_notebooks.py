@@ -1,13 +1,15 @@
-"""The notebooks run top to bottom on a real Jupyter kernel, and are committed without outputs (02 on a given run of
-each contract subject: tests/test_contract.py)."""
+"""The notebooks run top to bottom on a real Jupyter kernel on what configs/default.yaml selects, and are committed
+without outputs (02 on a given run: tests/test_contract.py)."""
 
 import os
 from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, USER_DEFAULT
 from nbclient import NotebookClient
+
+from project.cli import CLI
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -44,9 +46,14 @@ def _images(notebook: nbformat.NotebookNode) -> int:
 
 @pytest.mark.slow
 def test_data_and_schedule_notebook_runs() -> None:
+    # The notebook shows what configs/default.yaml selects, whatever that is: the expectation comes from there too.
+    dm = CLI(["--config", USER_DEFAULT], run=False).datamodule
+    dm.setup("fit")
+    batch = (min(dm.hparams["batch_size"], len(dm.train_set)), *dm.input_shape)
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb", {})
     assert _images(notebook) == 3  # sample grid, class balance, LR curve
-    assert "inputs: (64, 1, 8, 8) torch.float32" in _text(notebook)
+    assert f"inputs: {batch} torch.float32" in _text(notebook)
+    assert f"classes: {dm.class_names}" in _text(notebook)
 
 
 @pytest.mark.slow
