@@ -34,7 +34,7 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
 
-predict: $(INSTALLED) ## predict with RUN's best.ckpt on the test split (or INPUT=.npy/.csv/image folder) -> CSV
+predict: $(INSTALLED) ## predict with RUN's best.ckpt on the test split (or INPUT=: a file/folder its DataModule reads) -> CSV
 	@test -n "$(RUN)" || { echo "error: give the run: make predict RUN=logs/<name>/version_<N> [INPUT=...] [OUTPUT=...]" >&2; exit 2; }
 	$(BIN)/python -m project predict --config $(RUN)/config.yaml --ckpt_path $(RUN)/checkpoints/best.ckpt \
 		$(if $(INPUT),--data.predict_path=$(INPUT)) \
