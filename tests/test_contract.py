@@ -9,6 +9,7 @@ versions of each guarantee run on digits in the other test files.
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,14 @@ def subject(request: pytest.FixtureRequest, image_folder: Path, table_csv: Path)
     }[request.param]
 
 
+@pytest.fixture(autouse=True)
+def _relative_paths_mean_what_they_mean_for_make(subject: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """configs/default.yaml's relative paths (data.root, data.path) are relative to the repository, where `make`
+    runs. Every run here still writes only under a temporary directory (each save_dir is given)."""
+    if USER_DEFAULT in subject:
+        monkeypatch.chdir(ROOT)
+
+
 def _fit(save_dir: Path, subject: tuple[str, ...], *args: str) -> CLI:
     return CLI(["fit", *subject, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
 
@@ -48,12 +57,16 @@ def _has_batchnorm(cli: CLI) -> bool:
 @pytest.fixture(scope="module")
 def trained(subject: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CLI]:
     """A short run of the subject (2 epochs of at most 10 batches), tested on the whole test split."""
-    cli = _fit(tmp_path_factory.mktemp("trained"), subject, "--trainer.max_epochs=2",
-               "--trainer.limit_train_batches=10", *EVAL)  # fmt: skip
+    save_dir, before = tmp_path_factory.mktemp("trained"), Path.cwd()
+    os.chdir(ROOT if USER_DEFAULT in subject else save_dir)  # as _relative_paths_mean_what_they_mean_for_make
+    try:
+        cli = _fit(save_dir, subject, "--trainer.max_epochs=2", "--trainer.limit_train_batches=10", *EVAL)
+    finally:
+        os.chdir(before)
     return Path(cli.trainer.log_dir), cli
 
 
-def test_the_datamodule_declares_its_contract(subject: tuple[str, ...]) -> None:
+def test_the_datamodule_declares_its_contract(subject: tuple[str, ...], tmp_path: Path) -> None:
     dm = CLI(list(subject), run=False).datamodule
     assert isinstance(dm, ClassificationDataModule)
     names = dm.class_names
@@ -75,7 +88,7 @@ def test_the_datamodule_declares_its_contract(subject: tuple[str, ...]) -> None:
             torch.testing.assert_close(z.mean(1), torch.zeros(len(z), dtype=torch.float64), rtol=0, atol=1e-6)
             torch.testing.assert_close(z.std(1, correction=0)[live], torch.ones(int(live.sum()), dtype=torch.float64))
     # A raw input saved as .npy comes back from the predict decoder unchanged.
-    path = Path("inputs.npy")
+    path = tmp_path / "inputs.npy"
     np.save(path, inputs[:5].numpy())
     assert torch.equal(dm.load_predict_inputs(path), inputs[:5])
     # show() draws something for a person to look at.
@@ -151,7 +164,7 @@ def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...],
         pytest.skip("the net has BatchNorm: 2 x B equals 1 x 2B only with trainer.sync_batchnorm, which needs GPUs")
     ddp = run_module("fit", *subject, "--config", str(ROOT / "configs" / "ddp.yaml"), *common,
                      f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
-                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}")  # fmt: skip
+                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
     ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
