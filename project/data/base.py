@@ -28,7 +28,7 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset, TensorDataset
 
 from project.errors import ConfigError
 from project.resumable import ResumableDataLoader, ResumableSampler
@@ -51,19 +51,6 @@ class UnpaddedDistributedSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]
-
-
-class InputsDataset(Dataset[tuple[Tensor, Tensor]]):
-    """Inputs without labels (label -1), for ``predict`` on your own files."""
-
-    def __init__(self, inputs: Tensor) -> None:
-        self.inputs = inputs
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        return self.inputs[index], torch.tensor(-1)
 
 
 def _run_seed() -> int:
@@ -205,7 +192,8 @@ class ClassificationDataModule(L.LightningDataModule):
             path = Path(self.hparams["predict_path"])
             if not path.exists():
                 raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
-            self.predict_set = InputsDataset(self.load_predict_inputs(path))
+            inputs = self.load_predict_inputs(path)  # no labels: -1
+            self.predict_set = TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
         if self.train_set is None:
             self.train_set, self.val_set, self.test_set = self.load_splits()
         if stage == "fit":
