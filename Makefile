@@ -7,6 +7,10 @@ INPUT ?=
 OUTPUT ?=
 PORT ?= 6006
 PORT_NB ?= 8888
+SWEEP ?= configs/sweeps/default.yaml
+WORKERS ?= 1
+# Test processes (pytest-xdist): one per CPU core, at most 4; TEST_WORKERS=0 runs the tests in one process.
+TEST_WORKERS ?= auto
 # Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
 TORCH_SPEC ?=
 
@@ -15,11 +19,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train train-ddp resume predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train train-ddp resume sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
+	@echo "             SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
 
 # Reinstalled whenever pyproject.toml is newer than the last install.
@@ -63,11 +68,18 @@ resume: $(INSTALLED) ## continue RUN=logs/<name>/version_<N> (default: the lates
 	echo "Resuming $$run"; \
 	$(BIN)/python -m project fit --config "$$run/config.yaml" --ckpt_path "$$run/checkpoints/last.ckpt" $(ARGS)
 
-test: $(INSTALLED) ## run the whole test suite, slow tests included
-	$(BIN)/python -m pytest $(ARGS)
+sweep: $(INSTALLED) ## search the config keys SWEEP names with WORKERS processes (run again: continues the study)
+	$(BIN)/python -m project.sweep $(SWEEP) --workers $(WORKERS) $(ARGS)
+
+sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plots (while it runs, or after)
+	$(BIN)/python -m project.sweep $(SWEEP) --status $(ARGS)
+
+# --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
+test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope $(ARGS)
 
 test-fast: $(INSTALLED) ## run the tests not marked slow
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m "not slow" $(ARGS)
 
 tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)"

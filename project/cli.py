@@ -17,7 +17,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -251,6 +251,8 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
             "final weights",
             lambda cb: issubclass(kind(cb), EarlyStopping | ModelCheckpoint) and monitors_val(cb),
         )
+    if trainer.enable_progress_bar is False:
+        drop("trainer.enable_progress_bar=false", lambda cb: issubclass(kind(cb), ProgressBar))
     if trainer.logger in (False, None) and not trainer.fast_dev_run:
         drop("trainer.logger=false: no curves are written", lambda cb: issubclass(kind(cb), LearningRateMonitor))
         if trainer.default_root_dir is None:  # Lightning would write config.yaml and checkpoints into the cwd

@@ -24,7 +24,10 @@ sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the ima
 # What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
 # environment, and a nested `make resume` would read them back (ARGS= pytest flags given to the CLI).
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
-_MAKEFILE_VARIABLES = ("ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC")
+_MAKEFILE_VARIABLES = (
+    "ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC", "SWEEP", "WORKERS",
+    "TEST_WORKERS",
+)  # fmt: skip
 
 
 def _git_status() -> str | None:

@@ -24,7 +24,9 @@ DEBUG_OVERLAYS = {name: str(ROOT / "configs" / "debug" / f"{name}.yaml")
 def test_every_shipped_config_is_covered_here() -> None:
     shipped = {str(p) for p in (ROOT / "configs").rglob("*.yaml")}
     data = {str(ROOT / "configs" / "data" / f"{name}.yaml") for name in ("digits", "images", "csv")}  # test_contract
-    assert shipped == {USER_DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP, *DEBUG_OVERLAYS.values(), *data}
+    sweeps = {str(ROOT / "configs" / "sweeps" / "default.yaml")}  # test_sweep
+    shipped_expected = {USER_DEFAULT, DEBUG, BF16, FP16, DDP, PROFILE, GPU, FSDP, *DEBUG_OVERLAYS.values()}
+    assert shipped == {*shipped_expected, *data, *sweeps}
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ FINISHES = {
     "no-validation": ("--trainer.limit_val_batches=0",),
     "no-checkpointing": ("--trainer.enable_checkpointing=false",),
     "no-logger": ("--trainer.logger=false",),
+    "no-progress-bar": ("--trainer.enable_progress_bar=false",),
     "csv-logger": ("--trainer.logger=lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir=logs",
                    "--trainer.logger.name=digits"),
     "val_check_interval-fraction": ("--trainer.val_check_interval=0.5",),

@@ -1,0 +1,113 @@
+"""``python -m project.sweep [configs/sweeps/default.yaml] [--workers N] [--status]`` (``make sweep``).
+
+Checks the sweep file against the CLI, creates the study once (before any worker starts), reaps trials a dead
+worker left running, starts ``--workers`` worker processes on the same study (each pinned to its own GPUs when
+there are GPUs), waits, and writes the table, best.yaml and the plots. Run it again to continue the same study.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+USAGE_ERROR = 2
+
+
+def gpu_groups(workers: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES for each worker: the visible GPUs split evenly (a DDP trial gets several), or shared
+    round-robin when there are fewer GPUs than workers; None (unchanged) without GPUs."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        return [None] * workers
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",")[:count] if visible else [str(i) for i in range(count)]
+    if count < workers:
+        print(f"note: {workers} workers share {count} GPU(s): each GPU runs several trials at once.")
+        return [ids[i % count] for i in range(workers)]
+    per = count // workers
+    return [",".join(ids[i * per : (i + 1) * per]) for i in range(workers)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = argparse.ArgumentParser(prog="python -m project.sweep", description=__doc__.split("\n\n")[0])
+    cli.add_argument("spec", nargs="?", default="configs/sweeps/default.yaml", help="the sweep file")
+    cli.add_argument("--workers", type=int, default=1, help="worker processes on the same study (default 1)")
+    cli.add_argument("--status", action="store_true", help="print the table and write best.yaml/plots; run nothing")
+    args = cli.parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401
+        import optuna  # noqa: F401
+    except ImportError as err:
+        print(f"error: make sweep needs {err.name}: pip install -e '.[sweep]' (make install installs it).",
+              file=sys.stderr)  # fmt: skip
+        return USAGE_ERROR
+    from project.errors import ConfigError
+    from project.sweep import spec as sweep_spec
+    from project.sweep import workers as sweep_workers
+
+    if args.workers < 1:
+        print(f"error: --workers={args.workers}: give 1 or more (WORKERS=N).", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        spec = sweep_spec.load(args.spec)
+        base = sweep_spec.check_against_cli(spec)
+    except ConfigError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return USAGE_ERROR
+    sweep_dir = Path(base.trainer.logger.init_args.save_dir) / "sweeps" / spec.name
+    if args.status:
+        if not (sweep_dir / "sweep.yaml").is_file():
+            print(f"error: no sweep in {sweep_dir} yet: start it with make sweep SWEEP={args.spec}", file=sys.stderr)
+            return USAGE_ERROR
+        return _report(sweep_workers.open_study(sweep_dir, spec), spec, sweep_dir, base)
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep.yaml").write_text(sweep_spec.parser().dump(spec))
+    with sweep_workers.locked(sweep_dir):
+        study = sweep_workers.open_study(sweep_dir, spec)
+        for number in sweep_workers.reap(study):
+            print(f"trial {number} was left running by a worker that died: marked failed, its values queued again.")
+    print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "project.sweep.workers", str(sweep_dir), str(i)],
+            env={**os.environ, **({"CUDA_VISIBLE_DEVICES": gpus} if gpus is not None else {})},
+        )
+        for i, gpus in enumerate(gpu_groups(args.workers))
+    ]
+    codes = []
+    for proc in processes:
+        while True:
+            try:
+                codes.append(proc.wait())
+                break
+            except KeyboardInterrupt:  # the workers got it too; they stop their trials (saved) and exit
+                pass
+    _report(study, spec, sweep_dir, base)
+    if any(code == 130 for code in codes):
+        print("Interrupted: run the same command again to continue the sweep.", file=sys.stderr)
+        return 130
+    if any(code != 0 for code in codes):
+        print(f"error: worker exit codes {codes}: run the same command again to continue the sweep.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _report(study, spec, sweep_dir: Path, base) -> int:  # type: ignore[no-untyped-def]
+    from project.sweep import report
+
+    print(report.table(study, spec))
+    best = report.write_best(study, spec, sweep_dir, base)
+    plots = report.write_plots(study, sweep_dir)
+    if best:
+        print(f"best config: {best}  (make train CONFIG={best})")
+    if plots:
+        print(f"plots: {', '.join(str(p) for p in plots)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The sweep file (``configs/sweeps/*.yaml``): which config keys to search, over what, for which metric.
+
+Read with jsonargparse, like every other config: a key of the file is an argument of ``Sweep``, type-checked, and
+``sampler``/``pruner`` are any Optuna class given by ``class_path``. The space's keys are then checked against the
+project's own CLI (parsed, nothing built) before any trial runs, so a typo costs one sentence, not a sweep.
+"""
+
+import importlib
+import inspect
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveInt
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from project.errors import ConfigError
+
+
+@dataclass
+class Param:
+    """One searched key: ``choices``, or a range ``low``..``high`` (integers if both ends are integers)."""
+
+    low: int | float | None = None
+    high: int | float | None = None
+    log: bool = False
+    step: int | float | None = None
+    choices: list[bool | int | float | str] | None = None
+
+
+class Sweep:
+    def __init__(
+        self,
+        params: dict[str, Param],
+        configs: list[str] = ["configs/default.yaml"],  # noqa: B006 (jsonargparse reads defaults, never mutates)
+        args: list[str] = [],  # noqa: B006
+        name: str | None = None,
+        metric: str = "val/acc",
+        direction: Literal["maximize", "minimize"] = "maximize",
+        trials: PositiveInt = 20,
+        seed: int = 0,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        pruner: optuna.pruners.BasePruner | None = None,
+        storage: str | None = None,
+    ) -> None:
+        """
+        Args:
+            params: the search space, ``{config key: Param}``; a key is any ``--key=value`` the CLI takes.
+            configs: the configs every trial trains with (``--config`` each, in order).
+            args: further ``--key=value`` flags for every trial (e.g. a shorter ``--trainer.max_epochs``).
+            name: the sweep's directory, ``<logger save_dir>/sweeps/<name>`` (default: this file's name).
+            metric: what a trial reports at every validation and the study optimises: its best value in the run.
+            direction: maximize or minimize ``metric``.
+            trials: how many trials to finish (completed or pruned; failed ones are not counted).
+            seed: the sampler's seed (worker ``i`` uses ``seed + i``, so parallel workers propose different values).
+            sampler: an ``optuna.samplers`` class (default: TPESampler with ``seed``).
+            pruner: an ``optuna.pruners`` class (default: MedianPruner(n_startup_trials=3, n_warmup_steps=2));
+                ``optuna.pruners.NopPruner`` turns pruning off.
+            storage: an Optuna storage URL shared by workers on several machines (e.g. ``postgresql://...``);
+                default: a journal file in the sweep's directory.
+        """
+
+
+def parser() -> ArgumentParser:
+    parser = ArgumentParser(exit_on_error=False, parser_mode="yaml")
+    parser.add_class_arguments(Sweep, as_group=False)
+    return parser
+
+
+def load(path: str | Path) -> Namespace:
+    """The sweep file, parsed and type-checked; ``name`` filled in. A ``ConfigError`` naming the bad key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {str(path)!r} does not exist (see configs/sweeps/ for examples).")
+    try:
+        spec = parser().parse_path(path)
+    except Exception as err:  # jsonargparse's ArgumentError: the first line names the key and the value
+        raise ConfigError(f"{path}: {str(err).strip().splitlines()[0]}") from None
+    spec.name = spec.name or path.stem
+    if not spec.params:
+        raise ConfigError(f"{path}: params is empty: name at least one config key to search.")
+    for key, param in spec.params.items():
+        distribution(key, param)  # raises for an empty range, a missing bound, ...
+    return spec
+
+
+def build(spec: Namespace, worker: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
+    """The sampler and pruner the file names; a sampler's seed is offset by the worker's index."""
+    sampler = spec.sampler
+    if sampler is None:
+        sampler = Namespace(class_path="optuna.samplers.TPESampler", init_args=Namespace())
+    sampler = sampler.clone()
+    if "seed" in inspect.signature(_class(sampler.class_path)).parameters:
+        sampler.init_args = sampler.init_args or Namespace()
+        sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + worker
+    pruner = spec.pruner or Namespace(
+        class_path="optuna.pruners.MedianPruner", init_args=Namespace(n_startup_trials=3, n_warmup_steps=2)
+    )
+    built = parser().instantiate_classes(Namespace(params={}, sampler=sampler, pruner=pruner))
+    return built.sampler, built.pruner
+
+
+def _class(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def distribution(key: str, param: Any) -> Any:
+    """The Optuna distribution of one ``Param``; a ``ConfigError`` naming ``key`` if the range is unusable."""
+    p = param if isinstance(param, Param) else Param(**dict(param))
+    where = f"params.{key}"
+    if p.choices is not None:
+        if p.low is not None or p.high is not None:
+            raise ConfigError(f"{where}: give either choices or low/high, not both.")
+        if not p.choices:
+            raise ConfigError(f"{where}: choices is empty: list at least one value.")
+        return CategoricalDistribution(p.choices)
+    if p.low is None or p.high is None:
+        raise ConfigError(f"{where}: needs low and high (a range) or choices (a list).")
+    if p.low > p.high:
+        raise ConfigError(f"{where}: low={p.low} is above high={p.high}: the range is empty.")
+    if p.log and p.low <= 0:
+        raise ConfigError(f"{where}: log=true needs low > 0 (got low={p.low}).")
+    if p.log and p.step is not None:
+        raise ConfigError(f"{where}: step and log=true cannot be combined (Optuna samples one or the other).")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (p.low, p.high, p.step or 1)):
+        return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+    return FloatDistribution(float(p.low), float(p.high), log=p.log, step=p.step)
+
+
+def flag(key: str, value: Any) -> str:
+    """``--key=value`` as the CLI parses it (YAML: strings as they are, numbers and booleans as literals)."""
+    import json
+
+    return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def check_against_cli(spec: Namespace) -> Namespace:
+    """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
+    CLI would, building nothing. Returns the base config (no searched value applied). ``ConfigError`` if a
+    config cannot be read or a key/value is refused, naming it."""
+    from project.cli import CLI
+
+    class ParseOnly(CLI):
+        def init_parser(self, **kwargs: Any) -> Any:
+            return super().init_parser(**kwargs, exit_on_error=False)
+
+        def _set_seed(self) -> None:
+            pass
+
+        def before_instantiate_classes(self) -> None:
+            pass
+
+        def instantiate_classes(self) -> None:
+            pass
+
+        def after_instantiate_classes(self) -> None:
+            pass
+
+    base = [a for c in spec.configs for a in ("--config", c)] + list(spec.args)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # LightningCLI warns when given args while sys.argv has others
+            cli = ParseOnly(base, run=False)
+    except Exception as err:
+        raise ConfigError(f"the sweep's configs/args are refused by the CLI: {_first_line(err)}") from None
+    # Round r sets every key to its r-th candidate (low, high; or each choice): a few parses check them all, and
+    # only a refused round is parsed again key by key, to name the key.
+    candidates = {}
+    for key, param in spec.params.items():
+        dist = distribution(key, param)
+        candidates[key] = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
+    for r in range(max(len(c) for c in candidates.values())):
+        chosen = {key: c[min(r, len(c) - 1)] for key, c in candidates.items()}
+        try:
+            cli.parser.parse_args([*base, *(flag(k, v) for k, v in chosen.items())])
+            continue
+        except Exception:
+            pass
+        for key, value in chosen.items():
+            try:
+                cli.parser.parse_args([*base, flag(key, value)])
+            except Exception as err:
+                raise ConfigError(
+                    f"params.{key}: the CLI refuses --{key}={value!r}: {_first_line(err)} (a searched key is any "
+                    "config key, e.g. model.lr, data.batch_size, model.net.init_args.dropout)."
+                ) from None
+        shown = " ".join(flag(k, v) for k, v in chosen.items())
+        raise ConfigError(f"params: each value parses alone, but together the CLI refuses them: {shown}.")
+    logger = cli.config.trainer.logger
+    init_args = getattr(logger, "init_args", None) or {}
+    if not all(k in init_args for k in ("save_dir", "name", "version")):
+        raise ConfigError(
+            f"trainer.logger={getattr(logger, 'class_path', logger)!r}: a sweep puts each trial in its own run "
+            "directory through the logger's save_dir/name/version: use TensorBoardLogger or CSVLogger."
+        )
+    return cli.config
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(err).__name__

@@ -1,0 +1,250 @@
+"""`make sweep`: a search whose trials are normal runs, which survives a killed worker, prunes a DDP trial on
+every rank at once, refuses a bad space before running anything, and hands back a config that reproduces the
+best trial."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+import yaml
+from conftest import DIGITS, ROOT, free_port, run_module
+from optuna.storages.journal import JournalFileBackend, JournalStorage
+from optuna.trial import TrialState
+
+from project.checkpoints import load_checkpoint
+from project.sweep.__main__ import main
+
+DDP = str(ROOT / "configs" / "ddp.yaml")
+TRIALS = 8
+
+
+def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
+    """A sweep of short MLP runs on digits, logging under ``logs``. A random sampler (seeded per worker) over
+    lr choices that include a hopeless 1e-5, so the median pruner has trials to stop."""
+    spec = {
+        "configs": [DIGITS],
+        "args": [
+            f"--trainer.logger.init_args.save_dir={logs}", "--trainer.max_epochs=4", "--model.net=project.nets.MLP",
+            "--trainer.enable_progress_bar=false", "--trainer.limit_train_batches=10",
+        ],
+        "trials": TRIALS,
+        "sampler": {"class_path": "optuna.samplers.RandomSampler"},
+        "pruner": {"class_path": "optuna.pruners.MedianPruner", "init_args": {"n_startup_trials": 2,
+                                                                           "n_warmup_steps": 1}},
+        "params": {
+            "model.lr": {"choices": [0.01, 1.0e-5]},
+            "model.net.init_args.dropout": {"low": 0.0, "high": 0.3},
+        },
+        **overrides,
+    }  # fmt: skip
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def sweep(spec: Path, *args: str, timeout: float = 400) -> subprocess.Popen[str]:
+    """``python -m project.sweep`` as `make sweep` runs it, in its own process group (killed whole on timeout)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "project.sweep", str(spec), *args],
+        cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 400) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the sweep did not finish in {timeout} s:\n{out[-3000:]}")
+    return proc.returncode, out
+
+
+def load(sweep_dir: Path, name: str) -> optuna.Study:
+    storage = JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+@pytest.fixture(scope="module")
+def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 2-worker sweep; one worker is SIGKILLed while its trial is between two validations; then the same
+    command again, which must finish the study."""
+    base = tmp_path_factory.mktemp("sweep")
+    spec = write_spec(base / "search.yaml", base / "logs")
+    sweep_dir = base / "logs" / "sweeps" / "search"
+    first = sweep(spec, "--workers", "2")
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if not (sweep_dir / "study.journal").exists():
+            continue
+        running = load(sweep_dir, "search").get_trials(states=(TrialState.RUNNING,))
+        victim = next((t for t in running if t.intermediate_values and t.number >= 1), None)
+    assert victim is not None, "no trial was seen running between two validations"
+    os.kill(victim.user_attrs["pid"], signal.SIGKILL)
+    first_code, first_out = finish(first)
+    left = load(sweep_dir, "search").get_trials()
+    second_code, second_out = finish(sweep(spec, "--workers", "2"))
+    return {
+        "dir": sweep_dir, "victim": victim, "left": left, "first": (first_code, first_out),
+        "second": (second_code, second_out), "study": load(sweep_dir, "search"), "base": base,
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_killed_worker_leaves_its_trial_to_be_retried_and_the_study_finishes(killed_and_continued: dict) -> None:
+    run = killed_and_continued
+    victim = run["victim"]
+    first_code, first_out = run["first"]
+    assert first_code == 1, first_out  # a worker died: the launcher says so
+    # Before the second command: the killed worker's trial is still RUNNING (nobody could tell it), the rest ran.
+    assert [t.state for t in run["left"] if t.number == victim.number] == [TrialState.RUNNING]
+    second_code, second_out = run["second"]
+    assert second_code == 0, second_out
+    assert f"trial {victim.number} was left running by a worker that died" in second_out
+
+    trials = run["study"].get_trials()
+    states = [t.state for t in trials]
+    assert TrialState.RUNNING not in states and TrialState.WAITING not in states
+    assert sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states) == TRIALS  # exactly, not more
+    assert TrialState.COMPLETE in states and TrialState.PRUNED in states
+    killed = trials[victim.number]
+    assert killed.state == TrialState.FAIL and "died" in killed.user_attrs["error"]
+    retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
+    assert len(retries) == 1 and retries[0].params == victim.params
+    assert retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@pytest.mark.slow
+def test_each_trial_is_a_normal_run_in_its_own_directory(killed_and_continued: dict) -> None:
+    run, trials = killed_and_continued, killed_and_continued["study"].get_trials()
+    sweep_dir: Path = run["dir"]
+    assert sorted(p.name for p in sweep_dir.glob("trial_*")) == sorted(f"trial_{t.number}" for t in trials)
+    for trial in trials:
+        run_dir = sweep_dir / f"trial_{trial.number}"
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["model"]["lr"] == trial.params["model.lr"]
+        assert config["model"]["net"]["init_args"]["dropout"] == pytest.approx(
+            trial.params["model.net.init_args.dropout"]
+        )
+        assert list(run_dir.glob("events.out.tfevents.*"))
+        if trial.state == TrialState.FAIL:
+            continue
+        # Every finished trial was tested and sits in TensorBoard's HPARAMS view (hp/ metrics with its values).
+        assert (run_dir / "hparams.yaml").is_file()
+        assert "Test of" in (run_dir / "console.log").read_text()
+        # Reported once per epoch; a pruned trial stopped at the epoch it was pruned, with a loadable last.ckpt.
+        epochs = len(trial.intermediate_values)
+        last = load_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        assert last["epoch"] == epochs - 1
+        if trial.state == TrialState.PRUNED:
+            assert trial.user_attrs["pruned_at_epoch"] == epochs - 1 < 3
+        else:
+            assert epochs == 4 and trial.value == max(trial.intermediate_values.values())
+
+
+@pytest.mark.slow
+def test_best_yaml_trains_the_best_trial_again_to_the_same_metric(killed_and_continued: dict) -> None:
+    run = killed_and_continued
+    study, best_yaml = run["study"], run["dir"] / "best.yaml"
+    config = yaml.safe_load(best_yaml.read_text())
+    assert not any("sweep" in cb["class_path"] for cb in config["trainer"]["callbacks"])
+    assert config["trainer"]["logger"]["init_args"]["name"] == "digits"  # logs like any run, not into the sweep
+    result = run_module("fit", "--config", str(best_yaml))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = Path(run["base"]) / "logs" / "digits" / "version_0"
+    best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
+    score = next(s["best_model_score"] for k, s in best["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    # Same config, same seed, same thread count: the same computation, so the same accuracy (a ratio of counts).
+    assert float(score) == pytest.approx(study.best_value, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_sweep_status_prints_every_trial_and_writes_the_plots(killed_and_continued: dict, capsys) -> None:
+    run = killed_and_continued
+    assert main([str(run["base"] / "search.yaml"), "--status"]) == 0
+    out = capsys.readouterr().out
+    states = {s.name.lower() for s in TrialState}
+    rows = {cells[0]: cells[1] for line in out.splitlines() if len(cells := line.split()) > 1 and cells[1] in states}
+    assert rows == {str(t.number): t.state.name.lower() for t in run["study"].get_trials()}
+    assert f"best: trial {run['study'].best_trial.number}, val/acc={run['study'].best_value:.4f}" in out
+    for name in ("history", "curves", "importance"):
+        png = (run["dir"] / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+@pytest.mark.slow
+def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -> None:
+    # A pruner that prunes every trial at its second validation (accuracy is never 2 or more): rank 0 decides.
+    pruner = {"class_path": "optuna.pruners.ThresholdPruner", "init_args": {"lower": 2.0, "n_warmup_steps": 1}}
+    spec = write_spec(tmp_path / "ddp.yaml", tmp_path / "logs", trials=1, pruner=pruner,
+                      configs=[DIGITS, DDP], params={"model.lr": {"choices": [0.01]}})  # fmt: skip
+    code, out = finish(sweep(spec))
+    assert code == 0, out
+    trial = load(tmp_path / "logs" / "sweeps" / "ddp", "ddp").get_trials()[0]
+    assert trial.state == TrialState.PRUNED and trial.user_attrs["pruned_at_epoch"] == 1
+    console = (tmp_path / "logs" / "sweeps" / "ddp" / "trial_0" / "console.log").read_text()
+    assert "[rank 0] trial 0 pruned at epoch 1" in console and "[rank 1] trial 0 pruned at epoch 1" in console
+
+
+def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
+    from project.sweep import spec
+
+    monkeypatch.chdir(ROOT)  # its configs are relative to the repository, as `make sweep` runs it
+    shipped = spec.load(ROOT / "configs" / "sweeps" / "default.yaml")
+    assert spec.check_against_cli(shipped).trainer.logger.init_args.save_dir == "logs"
+    assert shipped.name == "default" and shipped.trials >= 8
+
+
+BAD_SPACES = {
+    "unknown key": ({"model.lrr": {"low": 0.001, "high": 0.1}}, "params.model.lrr"),
+    "empty range": ({"model.lr": {"low": 0.1, "high": 0.001}}, "params.model.lr: low=0.1 is above high=0.001"),
+    "wrong type": ({"data.batch_size": {"choices": ["big"]}}, "params.data.batch_size: the CLI refuses"),
+    "log of zero": ({"model.weight_decay": {"low": 0, "high": 0.1, "log": True}}, "params.model.weight_decay"),
+    "no range": ({"model.lr": {"low": 0.001}}, "params.model.lr: needs low and high"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SPACES)
+def test_a_bad_space_is_refused_before_anything_runs(case: str, tmp_path: Path, capsys) -> None:
+    params, expected = BAD_SPACES[case]
+    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", params=params)
+    assert main([str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and expected in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "logs").exists()  # no study, no directory
+
+
+def test_an_unknown_sweep_setting_is_refused_naming_it(tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trails=8)
+    assert main([str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "trails" in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_optuna_installed_make_sweep_names_the_extra(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` sees when it is not installed
+    assert main([str(write_spec(tmp_path / "s.yaml", tmp_path / "logs"))]) == 2
+    assert "pip install -e '.[sweep]'" in capsys.readouterr().err
+
+
+def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) -> None:
+    from project.sweep.__main__ import gpu_groups
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert gpu_groups(2) == [None, None]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_groups(4) == ["0", "1", "2", "3"]
+    assert gpu_groups(2) == ["0,1", "2,3"]  # a 2-GPU DDP trial per worker
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert gpu_groups(2) == ["4,5", "6,7"]
