@@ -119,6 +119,10 @@ def test_a_killed_worker_leaves_its_trial_to_be_retried_and_the_study_finishes(k
     assert TrialState.COMPLETE in states and TrialState.PRUNED in states
     killed = trials[victim.number]
     assert killed.state == TrialState.FAIL and "died" in killed.user_attrs["error"]
+    # Its trial process got SIGTERM from the kernel when the worker died, and stopped with a checkpoint.
+    console = (run["dir"] / f"trial_{victim.number}" / "console.log").read_text()
+    assert "Interrupted by SIGTERM" in console
+    assert (run["dir"] / f"trial_{victim.number}" / "checkpoints" / "last.ckpt").is_file()
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert len(retries) == 1 and retries[0].params == victim.params
     assert retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
@@ -203,6 +207,29 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
     shipped = spec.load(ROOT / "configs" / "sweeps" / "default.yaml")
     assert spec.check_against_cli(shipped).trainer.logger.init_args.save_dir == "logs"
     assert shipped.name == "default" and shipped.trials >= 8
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", trials=2)
+    proc = sweep(spec)
+    sweep_dir = tmp_path / "logs" / "sweeps" / "s"
+    deadline, reported = time.monotonic() + 200, False
+    while not reported and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if (sweep_dir / "study.journal").exists():
+            reported = any(t.intermediate_values for t in load(sweep_dir, "s").get_trials())
+    assert reported, "trial 0 never reported"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground process group
+    code, out = finish(proc)
+    assert code == 130 and "run the same command again" in out, out
+    trials = load(sweep_dir, "s").get_trials()
+    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["error"] == "interrupted by SIGINT"
+    queued = [t for t in trials if t.state == TrialState.WAITING]
+    assert len(queued) == 1 and queued[0].user_attrs["retry_of"] == 0
+    assert queued[0].system_attrs["fixed_params"] == trials[0].params  # where Optuna keeps enqueued values
+    assert "Interrupted by SIGINT" in (sweep_dir / "trial_0" / "console.log").read_text()
+    assert (sweep_dir / "trial_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 BAD_SPACES = {
