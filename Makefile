@@ -7,6 +7,8 @@ INPUT ?=
 OUTPUT ?=
 PORT ?= 6006
 PORT_NB ?= 8888
+NAME ?=
+LOGS ?= logs
 SWEEP ?= configs/sweeps/default.yaml
 WORKERS ?= 1
 # Test processes (pytest-xdist): one per CPU core, at most 4; TEST_WORKERS=0 runs the tests in one process.
@@ -19,12 +21,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install train train-ddp resume sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
-	@echo "             SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
+	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
 
 # Reinstalled whenever pyproject.toml is newer than the last install.
@@ -81,8 +83,11 @@ test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WOR
 test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m "not slow" $(ARGS)
 
+runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
+	@$(BIN)/python -m project.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))
+
 tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6006)
-	@echo "TensorBoard: http://127.0.0.1:$(PORT)"
+	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"
 	$(BIN)/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)

@@ -23,11 +23,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.checkpoints import AtomicCheckpointIO, load_checkpoint
+from project.dashboard import write_layout
 from project.data import ClassificationDataModule
 from project.errors import ConfigError, config_error_in
 from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
 from project.predict import CSVPredictionWriter
+from project.provenance import Provenance
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -55,16 +57,22 @@ class SaveConfig(SaveConfigCallback):
         run_dir = Path(trainer.log_dir)
         files = [p for p in run_dir.rglob("*") if p.is_file()]
         # Ours: we saved its config, or (refused before that, e.g. by the data's setup) it holds only what the
-        # logger wrote in this run. A directory with a checkpoint, or anything else, is never removed.
-        ours = self.already_saved or all(p.name.startswith("events.out.tfevents.") for p in files)
+        # logger and the provenance record wrote in this run. A directory with a checkpoint, or anything else, is
+        # never removed.
+        ours = self.already_saved or all(_written_at_start(p.name) for p in files)
         if ours and not any(p.suffix == ".ckpt" for p in files):
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _written_at_start(name: str) -> bool:
+    return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name == "provenance.json"
 
 
 class CLI(LightningCLI):
     """``LightningCLI`` for ``Classifier`` + the config's DataModule; ``args=None`` reads ``sys.argv``."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        self._cli_args = list(args) if args is not None else sys.argv[1:]
         super().__init__(
             Classifier,
             ClassificationDataModule,
@@ -171,9 +179,13 @@ class CLI(LightningCLI):
         checkpointing = self.config.get("fit", {}).get("trainer", {}).get("enable_checkpointing", True) is not False
         if self.subcommand == "fit" and checkpointing and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
             callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
+        if self.subcommand == "fit" and not any(isinstance(cb, Provenance) for cb in callbacks):
+            callbacks.append(Provenance(cli_args=self._cli_args))
 
     def before_fit(self) -> None:
         self._started = time.perf_counter()
+        if self.trainer.is_global_zero:
+            write_layout(self.trainer.logger)
         if self.trainer.is_global_zero and self.trainer.log_dir:
             print(f"Run directory: {self.trainer.log_dir}  (resolved config: {self.trainer.log_dir}/config.yaml)")
 
@@ -193,6 +205,8 @@ class CLI(LightningCLI):
         if best_score is not None:
             scores["best val/acc"] = float(best_score)
         self._log_hparams_with(scores)
+        for provenance in (cb for cb in trainer.callbacks if isinstance(cb, Provenance)):  # type: ignore[attr-defined]
+            provenance.update(scores=scores, best_checkpoint=best)
         shown = "  ".join(f"{k}={v:.4f}" for k, v in scores.items())
         took = time.perf_counter() - self._started
         print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {shown}  ({took:.1f} s)", flush=True)

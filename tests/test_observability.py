@@ -2,6 +2,7 @@
 serving them, the profiler's trace, and a console log that stays readable without a terminal."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
+
+from project.dashboard import LAYOUT
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -96,7 +99,7 @@ def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_real_tensorboard_server_serves_the_runs_curves(tmp_path: Path) -> None:
+def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_provenance(tmp_path: Path) -> None:
     fit(tmp_path, *SHORT)
     expected = scalars(tmp_path / "digits" / "version_0")
     port = free_port()
@@ -125,6 +128,15 @@ def test_a_real_tensorboard_server_serves_the_runs_curves(tmp_path: Path) -> Non
             query = urllib.parse.urlencode({"run": "digits/version_0", "tag": tag})
             rows = get(f"/data/plugin/scalars/scalars?{query}")
             assert [(step, pytest.approx(value)) for _, step, value in rows] == expected[tag]  # type: ignore[union-attr]
+        # The Custom Scalars tab: every chart of the layout, each showing at least one curve of this run.
+        layout = get("/data/plugin/custom_scalars/layout")
+        charts = {c["title"]: c["multiline"]["tag"] for group in layout["category"] for c in group["chart"]}  # type: ignore[index]
+        assert set(charts) == {title for group in LAYOUT.values() for title in group}
+        shown = {title: {t for t in served if any(re.search(r, t) for r in tags)} for title, tags in charts.items()}
+        assert all(shown.values()), shown
+        assert shown["loss (train and val)"] == {"train/loss", "val/loss"}  # on one chart
+        # The run's provenance in the Text tab.
+        assert get("/data/plugin/text/tags")["digits/version_0"] == ["provenance/segment_0/text_summary"]  # type: ignore[index]
     finally:
         server.kill()
         server.wait()

@@ -1,0 +1,232 @@
+"""``<run>/provenance.json``: what produced a run, so a result from last month can be reproduced with confidence.
+
+One segment per ``fit`` of the run (a resumed run shows one more segment each time): the command line, the
+working directory, start and end times, how it ended (finished, stopped early, interrupted by a signal, crashed
+with the exception's one line), the project's git commit and whether the tree was dirty (then ``git-<k>.patch``,
+the uncommitted diff, untracked files included, which ``git apply`` reproduces on that commit), Python and library
+versions, the accelerators, world size and host, and ``pip-freeze-<k>.txt`` (written when the installed packages
+differ from the previous segment's). Written by rank 0, atomically, plain JSON; also shown in TensorBoard's text
+tab. ``make runs`` reads it.
+"""
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from project.last_checkpoint import Interrupted
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose code ran (not the working directory)
+UNTRACKED_MAX_BYTES = 1_000_000  # larger untracked files are listed in the record, not copied into the patch
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
+
+
+def git_state(repo: Path, patch_path: Path) -> dict[str, Any]:
+    """The commit of ``repo``, whether its tree is dirty, and if so the uncommitted diff written to ``patch_path``
+    (tracked changes, then untracked files not ignored by .gitignore, as new files)."""
+    try:
+        head = _git(repo, "rev-parse", "HEAD")
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"commit": None, "note": f"git is not available ({err.__class__.__name__})"}
+    if head.returncode != 0:
+        return {"commit": None, "note": f"{repo} is not a git checkout: no commit recorded"}
+    status = _git(repo, "status", "--porcelain").stdout
+    state: dict[str, Any] = {"commit": head.stdout.strip(), "dirty": bool(status.strip())}
+    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    state["branch"] = branch
+    if not state["dirty"]:
+        return state
+    patch = _git(repo, "diff", "HEAD", "--binary").stdout
+    skipped = []
+    untracked = _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+    for name in filter(None, untracked):
+        if (repo / name).stat().st_size > UNTRACKED_MAX_BYTES:
+            skipped.append(name)
+            continue
+        # --no-index exits 1 when the files differ, which is the point here.
+        patch += _git(repo, "diff", "--no-index", "--binary", "--", "/dev/null", name).stdout
+    patch_path.write_text(patch)
+    state["patch"] = patch_path.name
+    if skipped:
+        state["untracked_not_in_patch"] = skipped
+    return state
+
+
+def installed_packages() -> str:
+    """``pip freeze``'s content (name==version, sorted), read from the installed metadata without starting pip."""
+    lines = {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    return "\n".join(sorted(lines, key=str.lower)) + "\n"
+
+
+def versions() -> dict[str, Any]:
+    import lightning
+    import torchmetrics
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "torchmetrics": torchmetrics.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
+
+
+def machine(trainer: L.Trainer) -> dict[str, Any]:
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        memory_gb = round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1)
+        gpus.append({"name": torch.cuda.get_device_name(i), "memory_gb": memory_gb})
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "accelerator": type(trainer.accelerator).__name__.replace("Accelerator", "").lower(),
+        "gpus": gpus,
+        "world_size": trainer.world_size,
+        "num_nodes": trainer.num_nodes,
+        "precision": str(trainer.precision),
+    }
+
+
+def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
+    """How the segment ended, in a few words."""
+    if isinstance(exception, Interrupted):
+        return f"interrupted by {_signal_name(exception.signum)} at step {exception.step}"
+    if isinstance(exception, KeyboardInterrupt):
+        return "interrupted (KeyboardInterrupt, no checkpoint)"
+    if exception is not None:
+        first = (str(exception).strip().splitlines() or [""])[0][:300]
+        return f"crashed: {type(exception).__name__}: {first}".rstrip(": ")
+    for stopper in trainer.early_stopping_callbacks:
+        if stopper.stopped_epoch:
+            return f"stopped early at epoch {stopper.stopped_epoch}"
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]
+    pruned = next((cb.pruned_at for cb in callbacks if getattr(cb, "pruned_at", None) is not None), None)
+    if pruned is not None:
+        return f"pruned at epoch {pruned}"
+    return "finished"
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+class Provenance(Callback):
+    """Writes the run's provenance.json (see the module's docstring). The CLI adds it to every ``fit``."""
+
+    def __init__(self, cli_args: list[str] | None = None) -> None:
+        """
+        Args:
+            cli_args: the arguments the CLI parsed (``fit --config ...``), recorded beside the process's command
+                line, which differs when the CLI runs inside another program (a notebook, a test).
+        """
+        self.cli_args = cli_args
+        self.path: Path | None = None
+        self.record: dict[str, Any] = {}
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or not trainer.is_global_zero or getattr(trainer, "fast_dev_run", False):
+            return
+        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / "provenance.json"
+        self.record = json.loads(self.path.read_text()) if self.path.is_file() else {"segments": []}
+        segments = self.record["segments"]
+        k = len(segments)
+        packages = installed_packages()
+        previous = next((s["pip_freeze"] for s in reversed(segments) if s.get("pip_freeze")), None)
+        if previous is None or (run_dir / previous).read_text() != packages:
+            (run_dir / f"pip-freeze-{k}.txt").write_text(packages)
+            previous = f"pip-freeze-{k}.txt"
+        segments.append({
+            "segment": k,
+            "command": shlex.join(sys.orig_argv),  # as typed: python -m project fit ...
+            "cli_args": self.cli_args,
+            "cwd": os.getcwd(),
+            "started": now(),
+            "ended": None,
+            "status": "running",
+            "pid": os.getpid(),
+            "resumed_from": None,  # known once Lightning has restored the checkpoint: on_fit_start
+            "git": git_state(PROJECT_ROOT, run_dir / f"git-{k}.patch"),
+            "versions": versions(),
+            "machine": machine(trainer),
+            "pip_freeze": previous,
+        })  # fmt: skip
+        self._write()
+        self._show(trainer)
+
+    def update(self, **fields: Any) -> None:
+        """Add fields (e.g. the final scores) to this segment's record."""
+        if self.path is not None:
+            self.record["segments"][-1].update(fields)
+            self._write()
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.ckpt_path:
+            self.update(resumed_from=str(trainer.ckpt_path))
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end(trainer, None)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._end(trainer, exception)
+
+    def _end(self, trainer: L.Trainer, exception: BaseException | None) -> None:
+        if self.path is None or self.record["segments"][-1]["ended"] is not None:
+            return
+        self.update(
+            ended=now(), status=ending(trainer, exception), epochs=trainer.current_epoch, steps=trainer.global_step
+        )
+        self._show(trainer)
+
+    def _write(self) -> None:
+        assert self.path is not None
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.record, indent=2) + "\n")
+        os.replace(tmp, self.path)
+
+    def _show(self, trainer: L.Trainer) -> None:
+        """The segment as a markdown table in TensorBoard's text tab (provenance, one entry per start and end)."""
+        if not isinstance(trainer.logger, TensorBoardLogger):
+            return
+        segment = self.record["segments"][-1]
+        rows = ["| | |", "|---|---|"]
+        for key, value in _flatten(segment):
+            rows.append(f"| {key} | `{value}` |")
+        trainer.logger.experiment.add_text(
+            f"provenance/segment_{segment['segment']}", "\n".join(rows), trainer.global_step
+        )
+        trainer.logger.experiment.flush()
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            items.extend(_flatten(value, f"{prefix}{key}."))
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
