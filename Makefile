@@ -15,25 +15,28 @@ WORKERS ?= 1
 TEST_WORKERS ?= auto
 # Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
 TORCH_SPEC ?=
+# LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
+LOCKED ?=
 
 VENV := .venv
 BIN := $(VENV)/bin
-INSTALLED := $(VENV)/.installed
+INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
+CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
-	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
+	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)' LOCKED='$(LOCKED)'"
 
-# Reinstalled whenever pyproject.toml is newer than the last install.
-$(INSTALLED): pyproject.toml
+# Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
+$(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_SPEC),$(BIN)/pip install '$(TORCH_SPEC)')
-	$(BIN)/pip install -e '.[dev]'
+	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
+	$(BIN)/pip install $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools
@@ -101,6 +104,15 @@ lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
 	$(BIN)/ruff check project tests benchmarks scripts
 	$(BIN)/ruff format --check project tests benchmarks scripts
 	$(BIN)/mypy project
+
+hooks: $(INSTALLED) ## install the git pre-commit hook (.pre-commit-config.yaml: make lint + notebook/large-file/conflict guards)
+	$(BIN)/pre-commit install
+
+# torch's local version (+cpu, +cu128) and CUDA-build-only packages are left out: the same file serves both builds.
+lock: $(INSTALLED) ## write constraints.txt from .venv (after make test passes on new versions); make install LOCKED=1 uses it
+	{ echo "# make lock wrote this from a .venv where make test passed; make install LOCKED=1 installs these."; \
+	  $(BIN)/pip freeze --exclude-editable | sed -E 's/^(torch|torchvision)==([^+]*)\+.*/\1==\2/' \
+		| grep -v -E '^(nvidia-|triton==|cuda-)'; } > constraints.txt
 
 format: $(INSTALLED) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix project tests benchmarks scripts

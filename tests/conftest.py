@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the ima
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 _MAKEFILE_VARIABLES = (
     "ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC", "SWEEP", "WORKERS",
-    "TEST_WORKERS",
+    "TEST_WORKERS", "LOCKED", "NAME", "LOGS",
 )  # fmt: skip
 
 
