@@ -202,6 +202,34 @@ def data_path(config: str, workload: str, epochs: int = 5) -> float:
     return batches / (time.perf_counter() - start)
 
 
+def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> dict:
+    """How long each checkpoint save stalls the training thread: the blocking atomic writer (serialise, write,
+    fsync, rename) against the background writer (a copy to host memory; the rest in a thread). The state is
+    ``size_mb`` of float32 on the run's device (weights and two AdamW moments, as a checkpoint holds); between saves
+    the training thread sleeps ``interval_s`` (a GPU step: the host is free), so the background write can finish."""
+    from project.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
+
+    n = size_mb * 2**20 // 4 // 3
+    state = {"state_dict": {"w": torch.randn(n, device=_device())},
+             "optimizer_states": [{"exp_avg": torch.randn(n, device=_device()),
+                                   "exp_avg_sq": torch.rand(n, device=_device())}]}  # fmt: skip
+    result: dict[str, Any] = {"size_mb": size_mb, "saves": saves}
+    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks" / "results") as scratch:
+        for name, io in (("atomic", AtomicCheckpointIO()), ("background", BackgroundCheckpointIO())):
+            stalls = []
+            for _ in range(saves):
+                start = time.perf_counter()
+                io.save_checkpoint(state, Path(scratch) / f"{name}.ckpt")
+                stalls.append(time.perf_counter() - start)
+                time.sleep(interval_s)
+            io.teardown()
+            written = (Path(scratch) / f"{name}.ckpt").stat().st_size / 2**20
+            result[name] = {"stall_ms": [round(1e3 * x, 1) for x in stalls], "file_mb": round(written, 1)}
+    atomic = statistics.median(result["atomic"]["stall_ms"])
+    result["atomic"]["mb_per_s"] = round(result["atomic"]["file_mb"] / (atomic / 1e3), 1)
+    return result
+
+
 def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path) -> dict:
     """A run in a fresh process; its time to first step counts from the moment it was started."""
     t0 = time.time()
@@ -221,6 +249,7 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--epochs", type=int, default=None, help="override each workload's epoch count")
     parser.add_argument("--config", default=CONFIG, help="the run to measure (default: configs/default.yaml)")
+    parser.add_argument("--checkpoint-mb", type=int, default=240, help="checkpoint stall test size (0: skip)")
     parser.add_argument("--one", choices=["template", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
@@ -275,9 +304,17 @@ def main() -> None:
               f"{row['data_path_batches_per_sec']:.0f} batches/s vs {consumed:.0f} consumed by training\n")  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
+    stall = checkpoint_stall(args.checkpoint_mb) if args.checkpoint_mb else None
+    if stall:
+        for name in ("atomic", "background"):
+            print(
+                f"checkpoint of {stall[name]['file_mb']:.0f} MB, {name:10} writer: training stalled "
+                f"{statistics.median(stall[name]['stall_ms']):7.1f} ms per save (each: {stall[name]['stall_ms']})"
+            )
+        print(f"(the blocking writer writes {stall['atomic']['mb_per_s']:.0f} MB/s here, fsync included)\n")
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),
-                                "rows": rows, "runs": runs}, indent=2))  # fmt: skip
+                                "rows": rows, "runs": runs, "checkpoint_stall": stall}, indent=2))  # fmt: skip
     print(f"Wrote {path}")
 
 

@@ -2,11 +2,14 @@
 
 import os
 import pickle
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
+from lightning.pytorch.plugins.io import AsyncCheckpointIO
+from lightning_utilities.core.apply_func import apply_to_collection
 
 from project.errors import ConfigError
 
@@ -37,6 +40,68 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.fsync(directory)
         finally:
             os.close(directory)
+
+
+class BackgroundCheckpointIO(AsyncCheckpointIO):
+    """Saves without stalling training: the training thread only snapshots the checkpoint into host memory (a
+    device-to-host copy of each tensor, or a clone on the CPU); a background thread serialises, writes, fsyncs and
+    renames it with ``AtomicCheckpointIO``, so every guarantee of the atomic writer holds (a kill at any instant
+    leaves the old file or the new one; the content, hence the resume, is the same as a blocking save's).
+
+    On top of Lightning's ``AsyncCheckpointIO`` (which clones on the device, and queues saves without bound): at
+    most one save in flight, the next save (or a removal, or a load) waits for it, so host memory holds at most one
+    snapshot and ModelCheckpoint's removal of an old file cannot race its write; a failed write is raised on the
+    training thread at the next save, or at the end of fit (teardown). Enable it with
+    ``trainer.plugins: [project.checkpoints.BackgroundCheckpointIO]`` (configs/gpu.yaml does).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(AtomicCheckpointIO())
+        self._pending: Future | None = None
+
+    def wait(self) -> None:
+        """Block until the save in flight, if any, is on disk; raise its error here if it failed."""
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        self.wait()
+        snapshot = apply_to_collection(checkpoint, torch.Tensor, _to_host)
+        self._ensure_setup()
+        assert self._executor is not None and self.checkpoint_io is not None
+        writer = self.checkpoint_io
+
+        def write() -> None:
+            try:
+                writer.save_checkpoint(snapshot, path, storage_options)
+            except BaseException as err:  # surfaced by wait() on the training thread
+                self._error = err
+
+        self._pending = self._executor.submit(write)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.wait()
+        super().remove_checkpoint(path)
+
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.wait()
+        return super().load_checkpoint(*args, **kwargs)
+
+    def teardown(self) -> None:
+        try:
+            self.wait()
+        finally:
+            super().teardown()
+
+
+def _to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """A point-in-time copy in host memory: training may change the original in place right after."""
+    tensor = tensor.detach()
+    return tensor.to("cpu") if tensor.device.type != "cpu" else tensor.clone()
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -147,9 +147,12 @@ class Provenance(Callback):
         self.record: dict[str, Any] = {}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage != "fit" or not trainer.is_global_zero or getattr(trainer, "fast_dev_run", False):
+        if stage != "fit" or getattr(trainer, "fast_dev_run", False):
             return
-        run_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        log_dir = trainer.log_dir  # a broadcast from rank 0: every rank must ask
+        if not trainer.is_global_zero:
+            return
+        run_dir = Path(log_dir or trainer.default_root_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "provenance.json"
         self.record = json.loads(self.path.read_text()) if self.path.is_file() else {"segments": []}
@@ -196,6 +199,8 @@ class Provenance(Callback):
 
     def _end(self, trainer: L.Trainer, exception: BaseException | None) -> None:
         if self.path is None or self.record["segments"][-1]["ended"] is not None:
+            return
+        if not self.path.parent.is_dir():  # a refused run, whose directory SaveConfig removed: nothing to record
             return
         self.update(
             ended=now(), status=ending(trainer, exception), epochs=trainer.current_epoch, steps=trainer.global_step

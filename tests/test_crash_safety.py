@@ -5,6 +5,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scratch_di
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
-from project.checkpoints import AtomicCheckpointIO
+from project.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 from project.cli import CLI, main
 
 # A wide MLP: a ~13 MB checkpoint takes long enough to write that a kill can be aimed into the write.
@@ -44,15 +45,21 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
 
     run = tmp_path / "killed" / "digits" / "version_0"
     last = run / "checkpoints" / "last.ckpt"
-    chooser, kills, mid_write, steps = random.Random(0), 0, 0, []
+    chooser, kills, steps = random.Random(0), 0, []
+    mid_write = {"atomic": 0, "background": 0}
+    # Kills 0-2 with the blocking atomic writer, 3-5 and the final resume with the background writer (its write
+    # runs in a thread while training goes on): both feed one chain of resumes, which must end bitwise as above.
+    background = ("--trainer.plugins=project.checkpoints.BackgroundCheckpointIO",)
     while kills < 6:
+        writer = "atomic" if kills < 3 else "background"
+        flags = background if writer == "background" else ()
         if last.is_file():
-            proc = _start("--config", str(run / "config.yaml"), "--ckpt_path", str(last))
+            proc = _start("--config", str(run / "config.yaml"), "--ckpt_path", str(last), *flags)
         else:
             proc = _start("--config", DIGITS, "--config", overlay,
                           f"--trainer.logger.init_args.save_dir={tmp_path / 'killed'}", *KILL_RUN)  # fmt: skip
         seen = last.stat().st_mtime_ns if last.is_file() else 0
-        aim_at_write = kills % 2 == 0
+        aim_at_write = kills % 2 == 0 or kills == 3
         deadline = time.monotonic() + 90
         try:
             # Let the process get going: wait for its first checkpoint, then kill it mid-write (as soon as a temp
@@ -69,13 +76,13 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         kills += 1
-        mid_write += bool(list(run.glob("checkpoints/.last.ckpt.tmp-*")))
+        mid_write[writer] += bool(list(run.glob("checkpoints/.last.ckpt.tmp-*")))
         checkpoint = torch.load(last, weights_only=True)  # never truncated: the old file or the new one
         steps.append(checkpoint["global_step"])
 
-    assert mid_write >= 2, f"only {mid_write} of 6 kills landed inside a checkpoint write"
+    assert mid_write["atomic"] >= 1 and mid_write["background"] >= 1, f"kills inside a checkpoint write: {mid_write}"
     assert steps == sorted(steps) and steps[-1] < 100, steps  # progress, and the run was not finished
-    final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last))
+    final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *background)
     assert final.returncode == 0, final.stderr[-3000:]
     got = torch.load(last, weights_only=True)
     assert got["global_step"] == expected["global_step"] == 100
@@ -268,3 +275,48 @@ def test_resuming_a_run_logged_under_a_relative_path_keeps_one_best_checkpoint(s
     assert torch.load(last, weights_only=True)["global_step"] == 15
     # The best-checkpoint record survived the resume: no best-v1.ckpt beside best.ckpt.
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+
+
+class _GatedWriter(AtomicCheckpointIO):
+    """The atomic writer, held at its start until the test opens the gate; records what it wrote, in order."""
+
+    def __init__(self) -> None:
+        self.gate, self.events = threading.Event(), []
+
+    def save_checkpoint(self, checkpoint: dict, path: object, storage_options: object = None) -> None:
+        self.events.append(("start", Path(str(path)).name))
+        assert self.gate.wait(timeout=60)
+        super().save_checkpoint(checkpoint, path, storage_options)
+        self.events.append(("end", Path(str(path)).name))
+
+
+def test_background_save_snapshots_the_state_and_keeps_one_save_in_flight(tmp_path: Path) -> None:
+    io = BackgroundCheckpointIO()
+    writer = io._checkpoint_io = _GatedWriter()  # the wrapped writer (Lightning's setter keeps a configured one)
+    weights = torch.ones(4)
+    io.save_checkpoint({"state_dict": {"w": weights}}, tmp_path / "a.ckpt")  # returns while the write waits
+    weights.add_(1.0)  # training goes on and changes the weights in place
+    second = threading.Thread(target=io.save_checkpoint, args=({"state_dict": {"w": weights}}, tmp_path / "b.ckpt"))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive() and writer.events == [("start", "a.ckpt")]  # the second save waits for the first
+    writer.gate.set()
+    second.join(timeout=60)
+    io.teardown()  # the end of fit: everything is on disk
+    assert writer.events == [("start", "a.ckpt"), ("end", "a.ckpt"), ("start", "b.ckpt"), ("end", "b.ckpt")]
+    assert torch.equal(torch.load(tmp_path / "a.ckpt", weights_only=True)["state_dict"]["w"], torch.ones(4))
+    assert torch.equal(torch.load(tmp_path / "b.ckpt", weights_only=True)["state_dict"]["w"], torch.full((4,), 2.0))
+
+
+def test_a_failed_background_write_is_raised_on_the_training_thread(tmp_path: Path) -> None:
+    io = BackgroundCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "missing" / "x" / "a.ckpt")
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "blocker" / "b.ckpt")
+    with pytest.raises(FileExistsError):  # at the next save (which then does not happen: the fit stops there)...
+        io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "c.ckpt")
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "c.ckpt")
+    io.save_checkpoint({"state_dict": {"w": torch.ones(2)}}, tmp_path / "blocker" / "d.ckpt")
+    with pytest.raises(FileExistsError):  # ...or at the end of fit
+        io.teardown()
+    assert (tmp_path / "missing" / "x" / "a.ckpt").is_file() and (tmp_path / "c.ckpt").is_file()
