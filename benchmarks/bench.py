@@ -7,14 +7,17 @@ The reference is a fair loop (zero_grad(set_to_none=True), no per-step .item());
 default features on (logging, TensorBoard, metrics, checkpoints, the monitor, the progress bar).
 
 Each run is a fresh process, alternating template and reference, so import and setup costs are real and neither
-warms the other's caches. Per run: the wall time of each epoch after the first (training + validation), divided
-by its optimizer steps.
+warms the other's caches. What is measured, so that a difference can be placed:
+- steady state: the training part of each epoch after the first (first step to last step), per optimizer step;
+- per epoch: the rest of the epoch (validation, checkpoint writes, logging), with each checkpoint save timed;
+- start-up: process start to the first step, split into imports, CLI/config, setup and the first batch;
+- the whole run: process start to the end of training.
+The bench's own noise is the run-to-run spread of the hand-written loop (the same loop, run again).
 
-    python benchmarks/bench.py [--repeats 3] [--workloads default heavy]
+    python benchmarks/bench.py [--repeats 3] [--workloads default long] [--checkpoint-mb 240]
 """
 
 import argparse
-import itertools
 import json
 import os
 import platform
@@ -35,13 +38,13 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "default.yaml")
-# Workloads: flags over the config. "default" is the config as it is (the shipped one has tiny steps: Lightning's fixed
-# per-step cost shows); "heavy" has a step of >= 10 ms on a 2-core CPU for the shipped ConvNet (3x wider, 4x the
-# batch). Both runs of a workload read everything from the template's own objects (write_spec), so they do the
-# same work whatever the config's data and net.
+# Workloads: flags over the config. "default" is the config as it is (the shipped one has tiny steps, 20 per epoch:
+# Lightning's fixed per-step and per-epoch costs show); "long" has >= 200 steps per epoch and a step of >= 20 ms on
+# a 2-core CPU for the shipped ConvNet (6x wider, batch 6), as a real epoch has. Both runs of a workload read
+# everything from the template's own objects (write_spec), so they do the same work whatever the data and net.
 WORKLOADS = {
     "default": {"args": [], "epochs": 8},
-    "heavy": {"args": ["--model.net.init_args.channels=96", "--data.batch_size=256"], "epochs": 4},
+    "long": {"args": ["--model.net.init_args.channels=192", "--data.batch_size=6"], "epochs": 3},
 }
 
 
@@ -84,6 +87,7 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> No
 
 def run_reference(spec_path: str | Path, workload: str = "default", t0: float | None = None) -> dict:
     """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule."""
+    imported = time.time()
     import importlib
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -120,14 +124,14 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     total = len(loader) * epochs
     scheduler = WarmupCosine(optimizer, resolve_warmup_steps(spec["warmup"], total), total, spec["min_lr"])
 
-    first_step, epoch_starts = None, []
+    marks: dict[str, Any] = {"t0": t0, "imported": imported, "epoch_start": [], "train_end": [], "val": []}
     for epoch in range(epochs):
-        epoch_starts.append(time.perf_counter())
+        marks["epoch_start"].append(time.time())
         sampler.set_epoch(epoch)
         net.train()
         for x, y in loader:
-            if first_step is None:
-                first_step = time.time()
+            if "first_batch" not in marks:
+                marks["first_batch"] = time.time()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             loss = F.cross_entropy(net((x - mean) / std if stats else x), y)
             optimizer.zero_grad(set_to_none=True)
@@ -136,6 +140,10 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
                 torch.nn.utils.clip_grad_norm_(net.parameters(), spec["clip"])
             optimizer.step()
             scheduler.step()
+            if "first_step_end" not in marks:
+                marks["first_step_end"] = time.time()
+        marks["train_end"].append(time.time())
+        val_start = time.time()
         net.eval()
         with torch.no_grad():  # the whole val split, in batches as the DataModule serves it
             chunks = range(0, len(val_y), batch_size)
@@ -144,50 +152,100 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
                 (net(inputs[i : i + batch_size]).argmax(-1) == val_y[i : i + batch_size]).sum() for i in chunks
             )
         val_acc = (correct / len(val_y)).item()  # once per epoch
-    end = time.perf_counter()
-    return _result("reference", workload, batch_size, len(loader), [*epoch_starts, end], first_step, t0, val_acc)
+        marks["val"].append(time.time() - val_start)
+    marks["end"] = time.time()
+    return _result("reference", workload, batch_size, len(loader), marks, val_acc)
 
 
 def run_template(
     config: str, workload: str, epochs: int | None = None, t0: float | None = None, save_dir: str | None = None
 ) -> dict:
     """The template's own `fit`, built by its CLI from the config, all its callbacks on."""
+    marks: dict[str, Any] = {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "saves": []}
     import lightning as L
 
-    epoch_starts: list[float] = []
-    first_step: list[float] = []
+    from project.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
+
+    marks["imported"] = time.time()
 
     class Clock(L.Callback):
+        def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+            marks.setdefault("setup", time.time())
+
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            epoch_starts.append(time.perf_counter())
+            marks["epoch_start"].append(time.time())
 
         def on_train_batch_start(self, *_: object) -> None:
-            if not first_step:
-                first_step.append(time.time())
+            marks.setdefault("first_batch", time.time())
+
+        def on_train_batch_end(self, *_: object) -> None:
+            marks.setdefault("first_step_end", time.time())
+            self.last_batch_end = time.time()
+
+        def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if not trainer.sanity_checking:
+                marks["train_end"].append(self.last_batch_end)
+                self.val_start = time.time()
+
+        def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if not trainer.sanity_checking:
+                marks["val"].append(time.time() - self.val_start)
+
+        def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            marks["end"] = time.time()
 
     cli = _cli(config, workload, epochs, save_dir)
+    marks["ready"] = time.time()
+    io = cli.trainer.strategy.checkpoint_io
+    save = io.save_checkpoint
+
+    def timed_save(checkpoint: dict, path: Any, storage_options: Any = None) -> None:
+        start = time.time()
+        save(checkpoint, path, storage_options)
+        size = Path(path).stat().st_size if Path(path).is_file() else 0
+        marks["saves"].append({"s": time.time() - start, "mb": size / 2**20})
+
+    io.save_checkpoint = timed_save  # type: ignore[method-assign]
     cli.trainer.callbacks.append(Clock())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    end = time.perf_counter()  # after the last epoch's validation and checkpoints
     val_acc = float(cli.trainer.callback_metrics["val/acc"])
     steps = int(cli.trainer.num_training_batches)
     batch_size = cli.datamodule.hparams["batch_size"]
-    return _result("template", workload, batch_size, steps, [*epoch_starts, end], first_step[0], t0, val_acc)
+    return _result("template", workload, batch_size, steps, marks, val_acc)
 
 
-def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: list[float],
-            first_step: float | None, t0: float | None, val_acc: float) -> dict:  # fmt: skip
-    epoch_ms = [1e3 * (b - a) for a, b in itertools.pairwise(marks)]
-    per_step = [ms / steps_per_epoch for ms in epoch_ms[1:]]  # the first epoch is warm-up
+def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: dict, val_acc: float) -> dict:
+    starts, train_ends = marks["epoch_start"], marks["train_end"]
+    # Steady state: an epoch's training part, first step to last, after the first epoch (warm-up).
+    per_step = [1e3 * (e - s) / steps_per_epoch for s, e in zip(starts[1:], train_ends[1:], strict=True)]
+    # The rest of each epoch: from its last step to the next epoch's start (or the end of training).
+    epoch_ends = [*starts[1:], marks["end"]]
+    fixed = [1e3 * (b - a) for a, b in zip(train_ends[1:], epoch_ends[1:], strict=True)]
+    t0 = marks["t0"]
+    startup = None
+    if t0 is not None:
+        if kind == "template":
+            startup = {"imports": marks["imported"] - t0, "cli_config": marks["ready"] - marks["imported"],
+                       "setup": marks["first_batch"] - marks["ready"],
+                       "first_batch": marks["first_step_end"] - marks["first_batch"]}  # fmt: skip
+        else:
+            startup = {"imports": marks["imported"] - t0, "cli_config": 0.0,
+                       "setup": marks["first_batch"] - marks["imported"],
+                       "first_batch": marks["first_step_end"] - marks["first_batch"]}  # fmt: skip
     return {
         "kind": kind,
         "workload": workload,
         "steps_per_epoch": steps_per_epoch,
         "ms_per_step": per_step,
+        "epoch_fixed_ms": fixed,
+        "val_ms": [1e3 * v for v in marks["val"][1:]],
+        "saves": marks.get("saves", []),
         "samples_per_sec": batch_size * 1e3 / statistics.median(per_step),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "val_acc": val_acc,
-        "time_to_first_step_s": None if t0 is None or first_step is None else first_step - t0,
+        "startup_s": startup,
+        "time_to_first_step_s": None if t0 is None else marks["first_batch"] - t0,
+        "whole_run_s": None if t0 is None else marks["end"] - t0,
     }
 
 
@@ -200,6 +258,42 @@ def data_path(config: str, workload: str, epochs: int = 5) -> float:
     for _ in range(epochs):
         batches += sum(1 for _ in loader)
     return batches / (time.perf_counter() - start)
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    median = statistics.median(values)
+    return {"median": median, "min": min(values), "max": max(values),
+            "spread_pct": 100 * (max(values) - min(values)) / median if median else 0.0}  # fmt: skip
+
+
+def _mmm(stats: dict[str, float], digits: int) -> str:
+    return f"{stats['median']:.{digits}f} [{stats['min']:.{digits}f}-{stats['max']:.{digits}f}]"
+
+
+def _summarise(rs: list[dict]) -> dict[str, Any]:
+    """One loop's runs: medians over runs of each run's median (so one slow epoch does not swamp a run)."""
+    saves = [s for r in rs for s in r["saves"]]
+    per_epoch = len(saves) / sum(len(r["epoch_fixed_ms"]) + 1 for r in rs) if saves else 0
+    save_s = statistics.median(s["s"] for s in saves) if saves else 0.0
+    save_mb = statistics.median(s["mb"] for s in saves) if saves else 0.0
+    startup = {k: statistics.median(r["startup_s"][k] for r in rs) for k in rs[0]["startup_s"]}
+    return {
+        "step_ms": _stats([statistics.median(r["ms_per_step"]) for r in rs]),
+        "epoch_fixed_ms": _stats([statistics.median(r["epoch_fixed_ms"]) for r in rs]),
+        "val_ms": statistics.median(v for r in rs for v in r["val_ms"]),
+        "saves": {
+            "count": round(per_epoch, 1),
+            "ms": 1e3 * save_s,
+            "mb": save_mb,
+            "mb_per_s": save_mb / save_s if save_s else 0.0,
+        },
+        "first_step_s": _stats([r["time_to_first_step_s"] for r in rs]),
+        "whole_run_s": _stats([r["whole_run_s"] for r in rs]),
+        "startup": startup,
+        "samples_per_sec": statistics.median(r["samples_per_sec"] for r in rs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+        "val_acc": [round(r["val_acc"], 6) for r in rs],
+    }
 
 
 def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> dict:
@@ -272,36 +366,44 @@ def main() -> None:
                 for kind in ("reference", "template"):
                     results[kind].append(_one(kind, args.config, workload, args.epochs, spec))
         runs += results["reference"] + results["template"]
-        summary = {}
-        for kind, rs in results.items():
-            steps = [ms for r in rs for ms in r["ms_per_step"]]
-            summary[kind] = {
-                "median": statistics.median(steps), "min": min(steps), "max": max(steps),
-                "samples_per_sec": statistics.median(r["samples_per_sec"] for r in rs),
-                "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
-                "val_acc": [round(r["val_acc"], 6) for r in rs],
-                "first_step_s": statistics.median(r["time_to_first_step_s"] for r in rs),
-            }  # fmt: skip
-        ratio = summary["template"]["median"] / summary["reference"]["median"]
-        rows.append({"workload": workload, "ratio": ratio, **summary, "steps_per_epoch": results["template"][0]
-                     ["steps_per_epoch"], "data_path_batches_per_sec": data_path(args.config, workload)})  # fmt: skip
+        summary = {kind: _summarise(rs) for kind, rs in results.items()}
+        ref, tpl = summary["reference"], summary["template"]
+        rows.append({
+            "workload": workload, **summary, "steps_per_epoch": results["template"][0]["steps_per_epoch"],
+            "step_overhead_ms": tpl["step_ms"]["median"] - ref["step_ms"]["median"],
+            "step_overhead_pct": 100 * (tpl["step_ms"]["median"] / ref["step_ms"]["median"] - 1),
+            "epoch_overhead_ms": tpl["epoch_fixed_ms"]["median"] - ref["epoch_fixed_ms"]["median"],
+            "whole_run_ratio": tpl["whole_run_s"]["median"] / ref["whole_run_s"]["median"],
+            "training_ratio": (tpl["whole_run_s"]["median"] - tpl["first_step_s"]["median"])
+            / (ref["whole_run_s"]["median"] - ref["first_step_s"]["median"]),
+            "noise_pct": ref["step_ms"]["spread_pct"],
+            "data_path_batches_per_sec": data_path(args.config, workload),
+        })  # fmt: skip
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     print(f"\nmake bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {device}, torch {torch.__version__}, "
-          f"{args.repeats} runs each, alternating\n")  # fmt: skip
-    header = f"{'workload':9} {'loop':9} {'ms/step median':>14} {'min':>7} {'max':>7} {'samples/s':>10} " \
-             f"{'peak RSS MB':>11} {'1st step s':>10}  val acc (per run)"  # fmt: skip
-    print(header)
-    print("-" * len(header))
+          f"{args.repeats} runs each, alternating; medians [min-max] over runs\n")  # fmt: skip
     for row in rows:
-        for kind in ("reference", "template"):
-            r = row[kind]
-            print(f"{row['workload']:9} {kind:9} {r['median']:14.3f} {r['min']:7.3f} {r['max']:7.3f} "
-                  f"{r['samples_per_sec']:10.0f} {r['peak_rss_mb']:11.0f} {r['first_step_s']:10.2f}  "
-                  f"{r['val_acc']}")  # fmt: skip
-        consumed = 1e3 / row["template"]["median"]
-        print(f"{row['workload']:9} template/reference = {row['ratio']:.3f}x per step; data path alone "
-              f"{row['data_path_batches_per_sec']:.0f} batches/s vs {consumed:.0f} consumed by training\n")  # fmt: skip
+        ref, tpl = row["reference"], row["template"]
+        print(f"{row['workload']}: {row['steps_per_epoch']} steps per epoch")
+        for kind, r in (("reference", ref), ("template", tpl)):
+            up = r["startup"]
+            print(
+                f"  {kind:9}  step {_mmm(r['step_ms'], 2)} ms   per epoch {_mmm(r['epoch_fixed_ms'], 1)} ms "
+                f"(val {r['val_ms']:.1f})   first step {r['first_step_s']['median']:.2f} s (imports "
+                f"{up['imports']:.2f}, CLI/config {up['cli_config']:.2f}, setup {up['setup']:.2f}, first batch "
+                f"{up['first_batch']:.3f})   whole run {_mmm(r['whole_run_s'], 2)} s   val acc {r['val_acc']}"
+            )
+        saves = tpl["saves"]
+        save_text = "no checkpoint saves"
+        if saves["count"]:
+            save_text = (f"{saves['count']} checkpoint saves per epoch, {saves['ms']:.1f} ms each "
+                         f"({saves['mb']:.2f} MB, {saves['mb_per_s']:.0f} MB/s with fsync)")  # fmt: skip
+        print(f"  => steady-state step: {row['step_overhead_ms']:+.2f} ms ({row['step_overhead_pct']:+.1f}%); "
+              f"per epoch: {row['epoch_overhead_ms']:+.1f} ms ({save_text}); whole run "
+              f"{row['whole_run_ratio']:.2f}x (after the first step: {row['training_ratio']:.2f}x); noise: the "
+              f"reference's run-to-run spread {row['noise_pct']:.1f}%; data path alone "
+              f"{row['data_path_batches_per_sec']:.0f} batches/s\n")  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     stall = checkpoint_stall(args.checkpoint_mb) if args.checkpoint_mb else None

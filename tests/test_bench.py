@@ -19,3 +19,8 @@ def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:
     # Same network, init, data order, optimizer, schedule, clipping and dropout draws: the same model.
     assert template["val_acc"] == reference["val_acc"]
     assert len(reference["ms_per_step"]) == len(template["ms_per_step"]) == 1
+    # The split the bench reports: each epoch after the first has a steady-state part and a fixed part, and the
+    # template's checkpoint saves (best.ckpt and last.ckpt, each epoch) are timed with their size.
+    assert len(reference["epoch_fixed_ms"]) == len(template["epoch_fixed_ms"]) == 1
+    # last.ckpt at both epoch ends, best.ckpt at the first and again if val/acc improved
+    assert 3 <= len(template["saves"]) <= 4 and all(save["mb"] > 0 for save in template["saves"])

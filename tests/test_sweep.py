@@ -211,7 +211,10 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", trials=2)
+    # Trials of 50 epochs: the Ctrl-C lands while trial 0 trains, whatever the machine's speed.
+    args = [f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}", "--trainer.max_epochs=50",
+            "--model.net=project.nets.MLP", "--trainer.enable_progress_bar=false"]  # fmt: skip
+    spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", trials=2, args=args)
     proc = sweep(spec)
     sweep_dir = tmp_path / "logs" / "sweeps" / "s"
     deadline, reported = time.monotonic() + 200, False
