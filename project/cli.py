@@ -30,6 +30,7 @@ from project.last_checkpoint import Interrupted, LastCheckpoint
 from project.module import Classifier
 from project.predict import CSVPredictionWriter
 from project.provenance import Provenance
+from project.runs import flatten
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -101,9 +102,9 @@ class CLI(LightningCLI):
         if not ckpt_path or str(ckpt_path) in _SPECIAL_CKPT_PATHS:
             return super()._parse_ckpt_path()
         checkpoint = load_checkpoint(ckpt_path)
-        before = _flatten(self.config[subcommand].model.as_dict(), "model")
+        before = flatten(self.config[subcommand].model.as_dict(), "model")
         super()._parse_ckpt_path()
-        after = _flatten(self.config[subcommand].model.as_dict(), "model")
+        after = flatten(self.config[subcommand].model.as_dict(), "model")
         # A key the config leaves null (such as the shapes linked from the data) takes the checkpoint's value.
         conflicts = [k for k in sorted(before.keys() & after.keys()) if before[k] not in (None, after[k])]
         if conflicts:
@@ -217,9 +218,9 @@ class CLI(LightningCLI):
             return
         config = self.config.fit
         params = {
-            **_flatten(config.model.as_dict(), "model"),
+            **flatten(config.model.as_dict(), "model"),
             "data.class_path": config.data.class_path,
-            **_flatten(config.data.init_args.as_dict(), "data"),
+            **flatten(config.data.init_args.as_dict(), "data"),
             **{f"trainer.{k}": config.trainer[k] for k in _TRAINER_HPARAMS},
             "seed_everything": config.seed_everything,
         }
@@ -293,14 +294,3 @@ def main(args: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
         sys.exit(128 + stop.signum)
-
-
-def _flatten(tree: dict, prefix: str) -> dict[str, object]:
-    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1}"""
-    flat: dict[str, object] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}.{key}"))
-        else:
-            flat[f"{prefix}.{key}"] = list(value) if isinstance(value, tuple) else value
-    return flat

@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from project.last_checkpoint import Interrupted
+from project.runs import flatten
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose code ran (not the working directory)
 UNTRACKED_MAX_BYTES = 1_000_000  # larger untracked files are listed in the record, not copied into the patch
@@ -219,19 +220,9 @@ class Provenance(Callback):
             return
         segment = self.record["segments"][-1]
         rows = ["| | |", "|---|---|"]
-        for key, value in _flatten(segment):
+        for key, value in flatten(segment).items():
             rows.append(f"| {key} | `{value}` |")
         trainer.logger.experiment.add_text(
             f"provenance/segment_{segment['segment']}", "\n".join(rows), trainer.global_step
         )
         trainer.logger.experiment.flush()
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            items.extend(_flatten(value, f"{prefix}{key}."))
-        else:
-            items.append((f"{prefix}{key}", value))
-    return items

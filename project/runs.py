@@ -61,23 +61,36 @@ def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
 _NOT_HYPERPARAMETERS = ("trainer.logger", "trainer.callbacks", "ckpt_path", "trainer.default_root_dir")
 
 
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1} (tuples as lists)."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = list(value) if isinstance(value, tuple) else value
+    return flat
+
+
+def columns(rows: list[list[str]]) -> str:
+    """Rows of cells as aligned text columns (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
 def _config_values(run_dir: Path) -> dict[str, str]:
     import yaml
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         return {}
-    flat: dict[str, str] = {}
-
-    def walk(tree: Any, prefix: str) -> None:
-        if isinstance(tree, dict):
-            for key, value in tree.items():
-                walk(value, f"{prefix}.{key}" if prefix else str(key))
-        elif not prefix.startswith(_NOT_HYPERPARAMETERS):
-            flat[prefix] = f"{tree:.4g}" if isinstance(tree, float) else str(tree)
-
-    walk(yaml.safe_load(path.read_text()) or {}, "")
-    return flat
+    flat = flatten(yaml.safe_load(path.read_text()) or {})
+    return {
+        key: f"{value:.4g}" if isinstance(value, float) else str(value)
+        for key, value in flat.items()
+        if not key.startswith(_NOT_HYPERPARAMETERS)
+    }
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -86,8 +99,9 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return (datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start)).total_seconds()
 
 
-def _alive(pid: int | None, host: str | None) -> bool:
-    if pid is None or host != socket.gethostname():
+def process_alive(pid: int | None, host: str | None = None) -> bool:
+    """Whether process ``pid`` runs on this machine (False for another host's, or for no pid)."""
+    if pid is None or (host is not None and host != socket.gethostname()):
         return False
     try:
         os.kill(pid, 0)
@@ -114,7 +128,7 @@ def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     segments = json.loads(path.read_text())["segments"]
     last = segments[-1]
     status = last["status"]
-    if status == "running" and not _alive(last.get("pid"), last.get("machine", {}).get("host")):
+    if status == "running" and not process_alive(last.get("pid"), last.get("machine", {}).get("host")):
         status = "killed (no end recorded)"
     if len(segments) > 1:
         status += f" (resumed {len(segments) - 1}x)"
@@ -160,8 +174,7 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
             "" if row["best"] is None else f"{row['best']:.4f}", "" if row["test"] is None else f"{row['test']:.4f}",
             *(configs[row["run"]].get(k, "") for k in differing), row["commit"],
         ])  # fmt: skip
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+    return columns(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,7 @@
 """Every run says what produced it (provenance.json: command, commit and patch, versions, machine, how each
 segment ended), and `make runs` lists the runs from those records alone."""
 
+import importlib.metadata
 import json
 import shlex
 import subprocess
@@ -126,7 +127,7 @@ def test_each_run_records_what_produced_it_and_how_each_segment_ended(logs: Path
     assert segment["command"] == shlex.join(sys.orig_argv)  # this process's command line; the CLI's arguments:
     assert segment["cli_args"][0] == "fit" and "--model.lr=0.01" in segment["cli_args"]
     packages = (runs / "version_1" / segment["pip_freeze"]).read_text()
-    assert f"torch=={torch.__version__}" in packages
+    assert f"torch=={importlib.metadata.version('torch')}" in packages
     # The second segment ran with the same packages: no second copy, the record points at the first.
     assert resumed[1]["pip_freeze"] == "pip-freeze-0.txt" and not (runs / "version_0" / "pip-freeze-1.txt").exists()
     try:

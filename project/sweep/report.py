@@ -10,6 +10,9 @@ import yaml
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
+from project.runs import columns
+from project.sweep.spec import shown
+
 SWEEP_CALLBACK = "project.sweep.trial.SweepTrial"
 
 
@@ -27,10 +30,9 @@ def table(study: optuna.Study, spec: Namespace) -> str:
         value = f"{t.value:.4f}" if t.value is not None else ""
         rows.append([
             str(t.number), t.state.name.lower(), value, str(t.user_attrs.get("epochs", "")),
-            str(t.user_attrs.get("seconds", "")), *(_short(t.params.get(k, "")) for k in keys), note,
+            str(t.user_attrs.get("seconds", "")), *(shown(t.params.get(k, "")) for k in keys), note,
         ])  # fmt: skip
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines = columns(rows).splitlines()
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     lines.append(
@@ -60,9 +62,9 @@ def write_best(study: optuna.Study, spec: Namespace, sweep_dir: Path, base: Name
     logger_args, base_args = trainer["logger"]["init_args"], base.trainer.logger.init_args
     for key in ("save_dir", "name", "version"):
         logger_args[key] = base_args[key]
-    shown = ", ".join(f"{k}={_short(v)}" for k, v in best.params.items())
+    chosen = ", ".join(f"{k}={shown(v)}" for k, v in best.params.items())
     header = (
-        f"# The best trial of sweep {spec.name!r}: trial {best.number}, {spec.metric}={best.value:.6f} ({shown}).\n"
+        f"# The best trial of sweep {spec.name!r}: trial {best.number}, {spec.metric}={best.value:.6f} ({chosen}).\n"
         f"# Its full config; `make train CONFIG={sweep_dir / 'best.yaml'}` trains it again (same seed, same result).\n"
     )
     path = sweep_dir / "best.yaml"
@@ -98,7 +100,3 @@ def write_plots(study: optuna.Study, sweep_dir: Path) -> list[Path]:
         plt.close(figure)
         written.append(sweep_dir / f"{name}.png")
     return written
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

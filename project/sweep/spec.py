@@ -138,6 +138,11 @@ def flag(key: str, value: Any) -> str:
     return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
+def shown(value: Any) -> str:
+    """A searched value, short (4 significant digits for floats)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def check_against_cli(spec: Namespace) -> Namespace:
     """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
     CLI would, building nothing. Returns the base config (no searched value applied). ``ConfigError`` if a

@@ -26,7 +26,8 @@ import optuna
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
-from project.sweep.spec import build, distribution, flag, load
+from project.runs import process_alive
+from project.sweep.spec import build, distribution, flag, load, shown
 
 HOST = socket.gethostname()
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -62,16 +63,6 @@ def locked(sweep_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap(study: optuna.Study) -> list[int]:
     """Trials left RUNNING by a worker of this host that died (SIGKILL, out-of-memory, a lost node) are marked
     failed and their values queued again (run from scratch, under a new number). Call under ``locked``."""
@@ -80,7 +71,7 @@ def reap(study: optuna.Study) -> list[int]:
         host, pid = trial.user_attrs.get("host"), trial.user_attrs.get("pid")
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
         unsigned_and_old = pid is None and time.time() - started > UNSIGNED_GRACE_S
-        if (host == HOST and pid is not None and not _alive(pid)) or unsigned_and_old:
+        if (host == HOST and pid is not None and not process_alive(pid)) or unsigned_and_old:
             study._storage.set_trial_user_attr(trial._trial_id, "error", f"its worker (pid {pid}) died")
             study.tell(trial.number, state=TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
@@ -125,8 +116,8 @@ def _raise_stop(signum: int, frame: Any) -> None:
 def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: Namespace, worker: int) -> TrialState:
     run_dir = sweep_dir / f"trial_{trial.number}"
     run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
-    shown = " ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
-    print(f"trial {trial.number} (worker {worker}): {shown}", flush=True)
+    chosen = " ".join(f"{k}={shown(v)}" for k, v in trial.params.items())
+    print(f"trial {trial.number} (worker {worker}): {chosen}", flush=True)
     started, interrupted = time.monotonic(), None
     with open(run_dir / "console.log", "w") as log:
         proc = subprocess.Popen(
@@ -190,10 +181,6 @@ def work(sweep_dir: Path, worker: int) -> int:
         if failures >= FAILURES_IN_A_ROW:
             print(f"worker {worker}: {failures} trials in a row failed; stopping (see their console.log).")
             return 1
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _last_line(run_dir: Path) -> str:
