@@ -39,7 +39,7 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	$(BIN)/pip install $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
-install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools
+install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned)
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
@@ -89,9 +89,9 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
 	@$(BIN)/python -m project.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))
 
-tensorboard: $(INSTALLED) ## serve logs/ on 127.0.0.1 (port from PORT, default 6006)
+tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"
-	$(BIN)/tensorboard --logdir logs --host 127.0.0.1 --port $(PORT)
+	$(BIN)/tensorboard --logdir $(LOGS) --host 127.0.0.1 --port $(PORT)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)
