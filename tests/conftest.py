@@ -151,13 +151,19 @@ def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> sub
         text=True,
         start_new_session=True,
     )
+    out, err = wait_or_kill(proc, timeout, f"python -m project {' '.join(args)}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def wait_or_kill(proc: subprocess.Popen[str], timeout: float, what: str) -> tuple[str, str]:
+    """``proc``'s (stdout, stderr); past ``timeout`` its whole process group (started with start_new_session) is
+    killed and the test fails, naming ``what``: a hang cannot stall the suite."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s: python -m project {' '.join(args)}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        pytest.fail(f"timed out after {timeout}s: {what}\n{(err or out or '')[-3000:]}")
 
 
 scalars = read_scalars  # every scalar series of a run directory: {tag: [(step, value), ...]}

@@ -13,7 +13,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from conftest import DIGITS, ROOT, free_port, run_module
+from conftest import DIGITS, ROOT, free_port, run_module, wait_or_kill
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
@@ -59,12 +59,7 @@ def sweep(spec: Path, *args: str, timeout: float = 400) -> subprocess.Popen[str]
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 400) -> tuple[int, str]:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the sweep did not finish in {timeout} s:\n{out[-3000:]}")
+    out, _ = wait_or_kill(proc, timeout, "the sweep")
     return proc.returncode, out
 
 
