@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 USAGE_ERROR = 2
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(study, spec, sweep_dir: Path, base) -> int:  # type: ignore[no-untyped-def]
+def _report(study: Any, spec: Any, sweep_dir: Path, base: Any) -> int:
     from project.sweep import report
 
     print(report.table(study, spec))
