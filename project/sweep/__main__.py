@@ -7,6 +7,7 @@ there are GPUs), waits, and writes the table, best.yaml and the plots. Run it ag
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--workers", type=int, default=1, help="worker processes on the same study (default 1)")
     cli.add_argument("--status", action="store_true", help="print the table and write best.yaml/plots; run nothing")
     args = cli.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in the workers (see workers.work)
     try:
         import matplotlib  # noqa: F401
         import optuna  # noqa: F401

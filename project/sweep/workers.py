@@ -164,6 +164,9 @@ def work(sweep_dir: Path, worker: int) -> int:
     study = open_study(sweep_dir, spec, sampler=sampler, pruner=pruner)
     distributions = {key: distribution(key, param) for key, param in spec.params.items()}
     signal.signal(signal.SIGTERM, _raise_stop)
+    # Ctrl-C raises KeyboardInterrupt even if SIGINT was ignored when this process started (a parent that ignores
+    # it, e.g. a background job of a script or a test runner's worker): the trial stops with a checkpoint anyway.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     failures = 0
     while True:
         with locked(sweep_dir):
