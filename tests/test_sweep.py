@@ -47,8 +47,9 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
     return path
 
 
-def sweep(spec: Path, *args: str, timeout: float = 400) -> subprocess.Popen[str]:
-    """``python -m project.sweep`` as `make sweep` runs it, in its own process group (killed whole on timeout)."""
+def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
+    """``python -m project.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it whole on
+    timeout)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port())}  # fmt: skip
     return subprocess.Popen(
