@@ -48,15 +48,15 @@ predict: $(INSTALLED) ## predict with RUN's best.ckpt on the test split (or INPU
 	@test -n "$(RUN)" || { echo "error: give the run: make predict RUN=logs/<name>/version_<N> [INPUT=...] [OUTPUT=...]" >&2; exit 2; }
 	$(BIN)/python -m project predict --config $(RUN)/config.yaml --ckpt_path $(RUN)/checkpoints/best.ckpt \
 		$(if $(INPUT),--data.predict_path=$(INPUT)) \
-		$(if $(OUTPUT),--trainer.callbacks+=project.predict.CSVPredictionWriter --trainer.callbacks.output=$(OUTPUT)) $(ARGS)
+		$(if $(OUTPUT),--trainer.callbacks+=project.engine.predict.CSVPredictionWriter --trainer.callbacks.output=$(OUTPUT)) $(ARGS)
 
 export: $(INSTALLED) ## export RUN's best.ckpt to model.onnx + model.pt2 (torch.export) with a parity check
 	@test -n "$(RUN)" || { echo "error: give the run: make export RUN=logs/<name>/version_<N>" >&2; exit 2; }
-	$(BIN)/python -m project.export $(RUN) $(ARGS)
+	$(BIN)/python -m project.engine.export $(RUN) $(ARGS)
 
 profile: $(INSTALLED) ## profile 30 training steps of CONFIG: <run>/trace.json and the top ops by self time
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \
-		--trainer.callbacks+=project.profiling.ProfileSteps $(ARGS)
+		--trainer.callbacks+=project.engine.profiling.ProfileSteps $(ARGS)
 
 train-ddp: $(INSTALLED) ## train CONFIG on every local GPU with DDP (2 processes on a CPU-only machine)
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/ddp.yaml \
@@ -74,10 +74,10 @@ resume: $(INSTALLED) ## continue RUN=logs/<name>/version_<N> (default: the lates
 	$(BIN)/python -m project fit --config "$$run/config.yaml" --ckpt_path "$$run/checkpoints/last.ckpt" $(ARGS)
 
 sweep: $(INSTALLED) ## search the config keys SWEEP names with WORKERS processes (run again: continues the study)
-	$(BIN)/python -m project.sweep $(SWEEP) --workers $(WORKERS) $(ARGS)
+	$(BIN)/python -m project.engine.sweep $(SWEEP) --workers $(WORKERS) $(ARGS)
 
 sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plots (while it runs, or after)
-	$(BIN)/python -m project.sweep $(SWEEP) --status $(ARGS)
+	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
 test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
@@ -87,7 +87,7 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m "not slow" $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
-	@$(BIN)/python -m project.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))
+	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))
 
 tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"

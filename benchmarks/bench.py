@@ -53,7 +53,7 @@ def _device() -> torch.device:
 
 
 def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = None) -> Any:
-    from project.cli import CLI
+    from project.engine.cli import CLI
 
     w = WORKLOADS[workload]
     return CLI(
@@ -92,7 +92,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from project.schedule import WarmupCosine, resolve_warmup_steps
+    from project.engine.schedule import WarmupCosine, resolve_warmup_steps
 
     spec = torch.load(spec_path, weights_only=True)
     device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]
@@ -164,7 +164,7 @@ def run_template(
     marks: dict[str, Any] = {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "saves": []}
     import lightning as L
 
-    from project.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
+    from project.engine.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
 
     marks["imported"] = time.time()
 
@@ -301,7 +301,7 @@ def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> d
     fsync, rename) against the background writer (a copy to host memory; the rest in a thread). The state is
     ``size_mb`` of float32 on the run's device (weights and two AdamW moments, as a checkpoint holds); between saves
     the training thread sleeps ``interval_s`` (a GPU step: the host is free), so the background write can finish."""
-    from project.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
+    from project.engine.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
 
     n = size_mb * 2**20 // 4 // 3
     state = {"state_dict": {"w": torch.randn(n, device=_device())},

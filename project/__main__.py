@@ -1,4 +1,4 @@
-from project.cli import main
+from project.engine.cli import main
 
 if __name__ == "__main__":
     main()

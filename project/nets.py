@@ -1,12 +1,12 @@
-"""Plain ``nn.Module`` networks. Each takes ``input_shape`` and ``num_classes`` (linked from the DataModule by
-the CLI, so nobody types them twice) and returns logits. Add your own here and select it in the config with
+"""Plain ``nn.Module`` networks. Each takes ``input_shape`` and ``num_outputs`` (linked from the DataModule by
+the CLI, so nobody types them twice) and returns one output per target (class logits, or values). Add your own here and select it in the config with
 ``model.net.class_path``."""
 
 import math
 
 from torch import Tensor, nn
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
 
 def _check_dropout(dropout: float) -> None:
@@ -17,7 +17,7 @@ def _check_dropout(dropout: float) -> None:
 class MLP(nn.Module):
     """Flatten -> Linear -> ReLU -> Linear -> LayerNorm -> ReLU -> Dropout -> Linear."""
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: int = 256, dropout: float = 0.1) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, hidden: int = 256, dropout: float = 0.1) -> None:
         super().__init__()
         if hidden < 1:
             raise ConfigError(f"model.net.init_args.hidden={hidden!r}: the hidden width must be >= 1.")
@@ -30,7 +30,7 @@ class MLP(nn.Module):
             nn.LayerNorm(hidden),
             nn.ReLU(),
             nn.Dropout(dropout),
-            nn.Linear(hidden, num_classes),
+            nn.Linear(hidden, num_outputs),
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -38,10 +38,10 @@ class MLP(nn.Module):
 
 
 class ConvNet(nn.Module):
-    """Two 3x3 conv blocks and a 2x2 max-pool, then a linear classifier; sized for small images like 8x8."""
+    """Two 3x3 conv blocks and a 2x2 max-pool, then a linear layer; sized for small images like 8x8."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_classes: int, channels: int = 32, dropout: float = 0.1
+        self, input_shape: tuple[int, ...], num_outputs: int, channels: int = 32, dropout: float = 0.1
     ) -> None:
         super().__init__()
         if len(input_shape) != 3:
@@ -58,7 +58,7 @@ class ConvNet(nn.Module):
             nn.MaxPool2d(2),
             nn.Flatten(),
             nn.Dropout(dropout),
-            nn.Linear(2 * channels * (height // 2) * (width // 2), num_classes),
+            nn.Linear(2 * channels * (height // 2) * (width // 2), num_outputs),
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -92,13 +92,13 @@ class ResNet(nn.Module):
     """A small residual CNN for real images, any size from 8x8 to 224x224: a stem (a 3x3 conv, plus a stride-2
     conv and max-pool when the image is larger than 64 pixels), ``stages`` stages of ``blocks`` residual blocks
     (each stage after the first halves the resolution and doubles the width), global average pooling, dropout and
-    a linear classifier.
+    a linear head.
 
     BatchNorm normalises over each process's batch: with DDP, ``trainer.sync_batchnorm: true`` makes it use the
     global batch, so that 2 processes x B equal 1 process x 2B (README, "Scaling out")."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_classes: int, width: int = 32, stages: int = 3, blocks: int = 1,
+        self, input_shape: tuple[int, ...], num_outputs: int, width: int = 32, stages: int = 3, blocks: int = 1,
         dropout: float = 0.0,
     ) -> None:  # fmt: skip
         super().__init__()
@@ -125,7 +125,7 @@ class ResNet(nn.Module):
                 channels = out
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_classes)
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_outputs)
         )
 
     def forward(self, x: Tensor) -> Tensor:

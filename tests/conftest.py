@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from project.cli import CLI
-from project.runs import read_scalars
+from project.engine.cli import CLI
+from project.engine.runs import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "tests" / "configs" / "digits.yaml")  # the engine tests' own config

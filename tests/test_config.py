@@ -7,7 +7,7 @@ import torch
 import yaml
 from conftest import DEBUG, DIGITS, ROOT, USER_DEFAULT, fit, run_module
 
-from project.cli import main
+from project.engine.cli import main
 
 BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
@@ -99,7 +99,7 @@ def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path
 
 @pytest.mark.slow
 def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_path: Path) -> None:
-    from project.module import Classifier
+    from project.engine.task import Classifier
 
     cli = fit(tmp_path, "--model.compile=eager", "--data.num_workers=null", configs=(DIGITS, DEBUG))
     assert cli.model.net._compiled_call_impl is not None  # really compiled (the eager backend: fast on a CPU)

@@ -18,10 +18,10 @@ import torch
 from conftest import DIGITS, IMAGES, ROOT, TABLE, USER_DEFAULT, fit, run_module, scalars
 from probes import Recorder
 
-from project.cli import CLI, main
+from project.engine.cli import CLI, main
 from project.data import ClassificationDataModule
-from project.data.base import NORMALIZATION_SAMPLES
-from project.last_checkpoint import Interrupted
+from project.engine.datamodule import NORMALIZATION_SAMPLES
+from project.engine.last_checkpoint import Interrupted
 
 pytestmark = pytest.mark.slow
 SUBJECTS = ("default", "images", "table")
@@ -199,7 +199,7 @@ def test_predict_equals_test_and_keeps_the_class_names(trained: tuple[Path, CLI]
 def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI]) -> None:
     import onnxruntime
 
-    from project.export import export
+    from project.engine.export import export
 
     run, cli = trained
     dm = cli.datamodule

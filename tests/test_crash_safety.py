@@ -15,8 +15,8 @@ from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scratch_di
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
-from project.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
-from project.cli import CLI, main
+from project.engine.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
+from project.engine.cli import CLI, main
 
 # A wide MLP: a ~13 MB checkpoint takes long enough to write that a kill can be aimed into the write.
 KILL_RUN = (
@@ -49,7 +49,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     mid_write = {"atomic": 0, "background": 0}
     # Kills 0-2 with the blocking atomic writer, 3-5 and the final resume with the background writer (its write
     # runs in a thread while training goes on): both feed one chain of resumes, which must end bitwise as above.
-    background = ("--trainer.plugins=project.checkpoints.BackgroundCheckpointIO",)
+    background = ("--trainer.plugins=project.engine.checkpoints.BackgroundCheckpointIO",)
     while kills < 6:
         writer = "atomic" if kills < 3 else "background"
         flags = background if writer == "background" else ()

@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import DEBUG, DIGITS, IMAGES, ROOT, fit, scalars
 
-from project.cli import main
+from project.engine.cli import main
 from project.data import CSVDataModule, ImageFolderDataModule
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 from project.nets import ResNet
 
 

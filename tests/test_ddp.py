@@ -18,7 +18,7 @@ import yaml
 from conftest import DIGITS, ROOT, fit, free_port, run_module, scalars, scratch_dir
 from test_mechanics import expected_lr
 
-from project.module import Classifier
+from project.engine.task import Classifier
 from project.nets import ConvNet
 
 # Odd-sized val and test splits (ceil(1797 * 0.105) = 189 each), so 2 ranks get 95 + 94 samples: a padding

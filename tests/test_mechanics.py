@@ -13,17 +13,17 @@ from conftest import DIGITS, fit, scalars
 from lightning.pytorch.plugins import MixedPrecision
 from probes import InfGradAt, Recorder
 
-from project.cli import CLI
+from project.engine.cli import CLI
 from project.data import DigitsDataModule
-from project.module import Classifier
+from project.engine.task import Classifier
 from project.nets import ConvNet
-from project.schedule import planned_steps
+from project.engine.schedule import planned_steps
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of tests/configs/digits.yaml
 
 
 def expected_lr(step: int, warmup: int, total: int, peak: float = PEAK, min_lr: float = MIN_LR) -> float:
-    """The schedule's definition, written out independently of project/schedule.py."""
+    """The schedule's definition, written out independently of project/engine/schedule.py."""
     if step < warmup:
         return peak * (step + 1) / warmup
     return min_lr + (peak - min_lr) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - 1 - warmup)))

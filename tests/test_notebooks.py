@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, USER_DEFAULT
 from nbclient import NotebookClient
 
-from project.cli import CLI
+from project.engine.cli import CLI
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
 
-from project.dashboard import LAYOUT
+from project.engine.dashboard import LAYOUT
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -147,7 +147,7 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -
     # In a fresh process, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the process.
     result = run_module(
         "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "profile.yaml"),
-        "--trainer.callbacks+=project.profiling.ProfileSteps", "--trainer.callbacks.steps=10",
+        "--trainer.callbacks+=project.engine.profiling.ProfileSteps", "--trainer.callbacks.steps=10",
         f"--trainer.logger.init_args.save_dir={tmp_path}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

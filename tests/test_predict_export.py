@@ -12,9 +12,9 @@ import torch
 from conftest import DEBUG, DIGITS, fit
 from PIL import Image
 
-from project.cli import main
-from project.errors import ConfigError
-from project.export import ParityError, export
+from project.engine.cli import main
+from project.engine.errors import ConfigError
+from project.engine.export import ParityError, export
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ def test_a_malformed_input_file_gets_a_clear_error(
 def test_export_round_trip_with_parity_and_a_dynamic_batch(run: Path, test_images: tuple) -> None:
     import onnxruntime
 
-    from project.module import Classifier
+    from project.engine.task import Classifier
 
     checkpoint = run / "checkpoints" / "best.ckpt"
     metadata = export(checkpoint)

@@ -14,9 +14,9 @@ import torch
 from conftest import DIGITS, ROOT, fit
 from probes import Crash
 
-from project.last_checkpoint import Interrupted
-from project.provenance import ending, git_state
-from project.runs import table
+from project.engine.last_checkpoint import Interrupted
+from project.engine.provenance import ending, git_state
+from project.engine.runs import table
 
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
          "--trainer.limit_test_batches=2", "--trainer.enable_progress_bar=false")  # fmt: skip
@@ -162,6 +162,6 @@ def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
 @pytest.mark.slow
 def test_make_runs_does_not_import_the_training_stack(logs: Path) -> None:
     # What keeps it quick (a fraction of a second, against ~4 s for importing Lightning): no torch at all.
-    code = "import sys; from project.runs import main; main(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
+    code = "import sys; from project.engine.runs import main; main(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code, str(logs)], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False") and "digits/version_0" in out

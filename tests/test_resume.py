@@ -9,7 +9,7 @@ import yaml
 from conftest import DIGITS, fit, scalars
 from probes import Crash
 
-from project.last_checkpoint import Interrupted
+from project.engine.last_checkpoint import Interrupted
 
 EPOCHS, BATCHES = 3, 10  # 30 optimizer steps
 RUN = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from project.errors import ConfigError
-from project.schedule import WarmupCosine, resolve_warmup_steps
+from project.engine.errors import ConfigError
+from project.engine.schedule import WarmupCosine, resolve_warmup_steps
 
 
 def _lrs(warmup: int, total: int, peak: float = 1e-2, min_lr: float = 1e-4) -> list[float]:

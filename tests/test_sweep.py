@@ -17,8 +17,8 @@ from conftest import DIGITS, ROOT, free_port, run_module, wait_or_kill
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
-from project.checkpoints import load_checkpoint
-from project.sweep.__main__ import main
+from project.engine.checkpoints import load_checkpoint
+from project.engine.sweep.__main__ import main
 
 DDP = str(ROOT / "configs" / "ddp.yaml")
 TRIALS = 8
@@ -48,12 +48,12 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
 
 
 def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
-    """``python -m project.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it whole on
+    """``python -m project.engine.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it whole on
     timeout)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port())}  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "project.sweep", str(spec), *args],
+        [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
         cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -197,7 +197,7 @@ def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -
 
 
 def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
-    from project.sweep import spec
+    from project.engine.sweep import spec
 
     monkeypatch.chdir(ROOT)  # its configs are relative to the repository, as `make sweep` runs it
     shipped = spec.load(ROOT / "configs" / "sweeps" / "default.yaml")
@@ -264,7 +264,7 @@ def test_without_optuna_installed_make_sweep_names_the_extra(tmp_path: Path, cap
 
 
 def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) -> None:
-    from project.sweep.__main__ import gpu_groups
+    from project.engine.sweep.__main__ import gpu_groups
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert gpu_groups(2) == [None, None]

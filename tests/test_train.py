@@ -7,7 +7,7 @@ import torch
 import yaml
 from conftest import DEBUG, DIGITS, accuracy, fit, scalars
 
-from project.module import Classifier
+from project.engine.task import Classifier
 
 EXPECTED_TAGS = {
     "train/loss", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW/pg1", "lr-AdamW/pg2", "train/grad_norm",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import DIGITS
 
-from project.cli import main
+from project.engine.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,7 @@ def test_resuming_a_run_without_checkpoints_is_refused_clearly(tmp_path: Path, c
 def test_overfit_batches_trains_on_the_same_batches_every_epoch(tmp_path: Path) -> None:
     from probes import Recorder
 
-    from project.cli import CLI
+    from project.engine.cli import CLI
 
     cli = CLI(["fit", "--config", DIGITS, *SHORT, "--trainer.overfit_batches=2", "--trainer.max_epochs=3",
                "--trainer.callbacks+=probes.Recorder"], run=True)  # fmt: skip

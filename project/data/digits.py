@@ -15,13 +15,13 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
-from project.data.base import ClassificationDataModule
-from project.errors import ConfigError
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
 
 
-class DigitsDataModule(ClassificationDataModule):
+class DigitsDataModule(DataModule):
     """Scikit-learn's digits (nothing is downloaded), split 70/15/15 by ``split_seed``. Not normalised by default:
     the pixels are already in [0, 1]."""
 
@@ -29,10 +29,10 @@ class DigitsDataModule(ClassificationDataModule):
         """
         Args:
             normalize: standardise the pixels with the training split's mean/std.
-            **engine: the loader and split settings of ``ClassificationDataModule`` (batch_size, num_workers, ...).
+            **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
         """
         super().__init__(normalize=normalize, **engine)
-        self.class_names = [str(digit) for digit in range(10)]
+        self.target_names = [str(digit) for digit in range(10)]
         self.input_shape = (1, 8, 8)
 
     def load_dataset(self) -> Dataset:

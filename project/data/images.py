@@ -15,8 +15,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from project.data.base import ClassificationDataModule
-from project.errors import ConfigError
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -64,7 +64,7 @@ class _Augmented(Dataset[tuple[Tensor, Tensor]]):
         return (image.flip(-1) if torch.rand(()) < 0.5 else image), label
 
 
-class ImageFolderDataModule(ClassificationDataModule):
+class ImageFolderDataModule(DataModule):
     """Images in class subfolders of ``root``, split train/val/test by ``split_seed``."""
 
     def __init__(
@@ -77,7 +77,7 @@ class ImageFolderDataModule(ClassificationDataModule):
             image_size: every image is resized to this (height, width), or a square of this side.
             grayscale: one channel instead of RGB.
             augment: random horizontal flips of training images (not of val/test/predict images).
-            **engine: the loader, split and normalisation settings of ``ClassificationDataModule``.
+            **engine: the loader, split and normalisation settings of ``DataModule``.
         """
         super().__init__(**engine)
         self.size: tuple[int, int] = (image_size, image_size) if isinstance(image_size, int) else image_size
@@ -98,7 +98,7 @@ class ImageFolderDataModule(ClassificationDataModule):
                 f"data.root={root!r}: found {len(classes)} class subfolder(s) with images; classification needs "
                 f"at least 2 (one subfolder per class, e.g. {root}/cat/*.png and {root}/dog/*.png)."
             )
-        self.class_names = [p.name for p in classes]
+        self.target_names = [p.name for p in classes]
         self.input_shape = (1 if grayscale else 3, *self.size)
 
     def load_dataset(self) -> Dataset:

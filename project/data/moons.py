@@ -5,10 +5,10 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from project.data import ClassificationDataModule
+from project.engine.datamodule import DataModule
 
 
-class MoonsDataModule(ClassificationDataModule):
+class MoonsDataModule(DataModule):
     """2-D points on two noisy half-moons (scikit-learn's make_moons); the class is the moon."""
 
     def __init__(self, samples: int = 1000, noise: float = 0.2, **engine: Any) -> None:
@@ -16,10 +16,10 @@ class MoonsDataModule(ClassificationDataModule):
         Args:
             samples: how many points to draw.
             noise: standard deviation of the Gaussian noise added to each point.
-            **engine: the loader, split and normalisation settings of ClassificationDataModule.
+            **engine: the loader, split and normalisation settings of DataModule.
         """
         super().__init__(**engine)
-        self.class_names = ["upper", "lower"]  # label 0, label 1
+        self.target_names = ["upper", "lower"]  # label 0, label 1
         self.input_shape = (2,)  # one sample: an (x, y) point
 
     def load_dataset(self) -> Dataset:

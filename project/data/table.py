@@ -1,22 +1,26 @@
-"""Your table, by config alone: a CSV file with a header row, numeric feature columns and one target column.
+"""Your table, by config alone: a CSV file with a header row, numeric feature columns and the target column(s).
 
-The target may hold class names (``benign``/``malignant``) or integers; the sorted distinct values are the
-classes, and their names are kept (``model.json``, the prediction CSV). Features are standardised with the mean
-and standard deviation of the training split. Read with Python's csv module: pandas is not needed to parse a
-file of numbers. ``predict`` reads a CSV with the same feature columns (by name; the target column may be absent).
+``target_type: class`` (classification): one target column of class names (``benign``/``malignant``) or integers;
+the sorted distinct values are the classes, and their names are kept (``model.json``, the prediction CSV). A
+column of real numbers is refused (it is a regression target: configs/tasks/regression.yaml).
+``target_type: value`` (regression): one or several numeric target columns, kept as float32 values.
+
+Features are standardised with the mean and standard deviation of the training split. Read with Python's csv
+module: pandas is not needed to parse a file of numbers. ``predict`` reads a CSV with the same feature columns (by
+name; the target columns may be absent).
 """
 
 import csv
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
-from project.data.base import ClassificationDataModule
-from project.errors import ConfigError
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
 
 
 def read_table(path: Path, key: str) -> tuple[list[str], list[list[str]]]:
@@ -58,44 +62,54 @@ def numeric_columns(path: Path, key: str, header: list[str], body: list[list[str
     return values
 
 
-class CSVDataModule(ClassificationDataModule):
+class CSVDataModule(DataModule):
     """Rows of a CSV file, split train/val/test by ``split_seed``."""
 
-    def __init__(self, path: str, target: str, features: list[str] | None = None, **engine: Any) -> None:
+    def __init__(
+        self,
+        path: str,
+        target: str | list[str],
+        features: list[str] | None = None,
+        target_type: Literal["class", "value"] = "class",
+        **engine: Any,
+    ) -> None:
         """
         Args:
             path: the CSV file (header row first).
-            target: the column holding the class of each row.
-            features: the input columns, in this order; None = every column but the target.
-            **engine: the loader, split and normalisation settings of ``ClassificationDataModule``.
+            target: the column holding each row's class (``target_type: class``), or the column(s) of real values
+                to predict (``target_type: value``).
+            features: the input columns, in this order; None = every column but the target(s).
+            target_type: ``class`` for a classification target, ``value`` for real-valued (regression) targets.
+            **engine: the loader, split and normalisation settings of ``DataModule``.
         """
         super().__init__(**engine)
         self.path = Path(path)
         header, body = read_table(self.path, "data.path")
-        if target not in header:
-            raise ConfigError(f"data.target={target!r} is not a column of {path!r}; its columns are {header}.")
-        self.features = list(features) if features is not None else [c for c in header if c != target]
-        unknown = [c for c in self.features if c not in header or c == target]
+        targets = [target] if isinstance(target, str) else list(target)
+        unknown_targets = [t for t in targets if t not in header]
+        if unknown_targets or not targets:
+            raise ConfigError(f"data.target={target!r}: not column(s) of {path!r}; its columns are {header}.")
+        if target_type == "class" and len(targets) != 1:
+            raise ConfigError(f"data.target={target!r}: classification takes one target column (target_type: class).")
+        self.features = list(features) if features is not None else [c for c in header if c not in targets]
+        unknown = [c for c in self.features if c not in header or c in targets]
         if unknown or not self.features:
             raise ConfigError(
                 f"data.features: {unknown or 'none'} cannot be the inputs; choose among {header} except the target."
             )
         self.inputs = numeric_columns(self.path, "data.path", header, body, self.features)
-        labels = [row[header.index(target)].strip() for row in body]
-        try:  # integer labels sort numerically (2 before 10), names alphabetically
-            keys = [str(k) for k in map(int, labels)]
-            names = [str(k) for k in sorted({int(k) for k in keys})]
-        except ValueError:
-            keys, names = labels, sorted(set(labels))
-        if len(names) < 2:
-            raise ConfigError(f"data.target={target!r}: the column holds {len(names)} class(es), at least 2 needed.")
-        position = {name: i for i, name in enumerate(names)}
-        self.labels = torch.tensor([position[k] for k in keys])
-        self.class_names = names
         self.input_shape = (len(self.features),)
+        if target_type == "value":
+            self.target_kind = "values"
+            self.target_names = targets
+            self.targets = numeric_columns(self.path, "data.path", header, body, targets)
+        else:
+            self.target_names, self.targets = class_labels(
+                path, targets[0], [row[header.index(targets[0])] for row in body]
+            )
 
     def load_dataset(self) -> Dataset:
-        return TensorDataset(self.inputs, self.labels)
+        return TensorDataset(self.inputs, self.targets)
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
@@ -110,3 +124,38 @@ class CSVDataModule(ClassificationDataModule):
         ax.barh(range(len(self.features)), sample.numpy())
         ax.set_yticks(range(len(self.features)), self.features, fontsize=6)
         ax.invert_yaxis()
+
+
+def class_labels(path: str, target: str, values: list[str]) -> tuple[list[str], Tensor]:
+    """(class names, int64 class indices) of a target column; a ``ConfigError`` if it holds real numbers."""
+    labels = [v.strip() for v in values]
+    try:  # integer labels sort numerically (2 before 10), names alphabetically
+        keys = [str(k) for k in map(int, labels)]
+        names = [str(k) for k in sorted({int(k) for k in keys})]
+    except ValueError:
+        keys, names = labels, sorted(set(labels))
+        real = _real_number(labels)
+        if real is not None:
+            raise ConfigError(
+                f"data.target={target!r} in {path!r} holds real numbers (e.g. {real}), not class labels: to predict "
+                "a value, train a regressor: --config configs/tasks/regression.yaml (data.target_type: value)."
+            ) from None
+    if len(names) < 2:
+        raise ConfigError(f"data.target={target!r}: the column holds {len(names)} class(es), at least 2 needed.")
+    if names[0].lstrip("-").isdigit() and len(names) > max(20, len(labels) // 5):
+        raise ConfigError(
+            f"data.target={target!r} in {path!r} holds {len(names)} distinct integers in {len(labels)} rows (fewer "
+            "than 5 rows per class): a value to predict rather than classes. Train a regressor: --config "
+            "configs/tasks/regression.yaml (data.target_type: value); if they really are classes, write them as names."
+        )
+    position = {name: i for i, name in enumerate(names)}
+    return names, torch.tensor([position[k] for k in keys])
+
+
+def _real_number(labels: list[str]) -> str | None:
+    """A value that shows the labels are real numbers rather than names: all parse as numbers, one is not whole."""
+    try:
+        numbers = [float(v) for v in labels]
+    except ValueError:
+        return None
+    return next((v for v, x in zip(labels, numbers, strict=True) if not x.is_integer()), None)

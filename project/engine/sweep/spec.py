@@ -17,7 +17,7 @@ from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import PositiveInt
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
 
 @dataclass
@@ -147,7 +147,7 @@ def check_against_cli(spec: Namespace) -> Namespace:
     """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
     CLI would, building nothing. Returns the base config (no searched value applied). ``ConfigError`` if a
     config cannot be read or a key/value is refused, naming it."""
-    from project.cli import CLI
+    from project.engine.cli import CLI
 
     class ParseOnly(CLI):
         def init_parser(self, **kwargs: Any) -> Any:

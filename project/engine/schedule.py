@@ -6,7 +6,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
 
 def warmup_cosine_lr(step: int, peak_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:

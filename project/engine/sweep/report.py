@@ -10,10 +10,10 @@ import yaml
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
-from project.runs import columns
-from project.sweep.spec import shown
+from project.engine.runs import columns
+from project.engine.sweep.spec import shown
 
-SWEEP_CALLBACK = "project.sweep.trial.SweepTrial"
+SWEEP_CALLBACK = "project.engine.sweep.trial.SweepTrial"
 
 
 def table(study: optuna.Study, spec: Namespace) -> str:

@@ -1,4 +1,4 @@
-"""The study and the workers that fill it: ``python -m project.sweep.workers <sweep dir> <index>``.
+"""The study and the workers that fill it: ``python -m project.engine.sweep.workers <sweep dir> <index>``.
 
 A worker loops: under the sweep's lock it counts the trials finished or running, stops if they make the sweep's
 ``trials``, otherwise asks the study for the next values and signs the trial with its host and pid. Then it runs
@@ -26,8 +26,8 @@ import optuna
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
-from project.runs import process_alive
-from project.sweep.spec import build, distribution, flag, load, shown
+from project.engine.runs import process_alive
+from project.engine.sweep.spec import build, distribution, flag, load, shown
 
 HOST = socket.gethostname()
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -89,7 +89,7 @@ def trial_command(sweep_dir: Path, spec: Namespace, number: int, params: dict[st
         f"--trainer.logger.init_args.save_dir={sweep_dir.parent}",
         f"--trainer.logger.init_args.name={sweep_dir.name}",
         f"--trainer.logger.init_args.version=trial_{number}",
-        "--trainer.callbacks+=project.sweep.trial.SweepTrial",
+        "--trainer.callbacks+=project.engine.sweep.trial.SweepTrial",
         f"--trainer.callbacks.sweep_dir={sweep_dir}",
         f"--trainer.callbacks.trial={number}",
         *(flag(k, v) for k, v in params.items()),

@@ -1,4 +1,4 @@
-"""``python -m project.export <run dir or checkpoint>`` (``make export RUN=...``): the trained network as
+"""``python -m project.engine.export <run dir or checkpoint>`` (``make export RUN=...``): the trained network as
 ``model.onnx`` (for onnxruntime and other runtimes) and ``model.pt2`` (a ``torch.export`` program, for PyTorch
 without this code), next to the checkpoint, with ``model.json`` describing the input and the parity check.
 
@@ -6,8 +6,9 @@ Why ``torch.export`` and not TorchScript: ``torch.jit.script/trace/load`` are de
 on every call) in favour of ``torch.export``, which also feeds the ONNX exporter used here.
 
 The exported model takes inputs in the DataModule's raw units (as its ``load_predict_inputs`` decodes them: e.g.
-images scaled to [0, 1], or a table's feature values) and applies the run's normalisation itself; ``model.json``
-says the shape, dtype, class names and normalisation. Any batch size N works.
+images scaled to [0, 1], or a table's feature values) and applies the run's normalisation itself; its outputs are
+what the task's ``output_description`` says (a classifier's logits, a regressor's values in the targets' units),
+written into ``model.json`` with the input's shape, dtype and normalisation. Any batch size N works.
 """
 
 import argparse
@@ -19,9 +20,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
-TOLERANCE = 1e-4  # max |logit difference| allowed between the exported models and the trained one
+# Max |difference| allowed between the exported models' outputs and the trained one's, relative to the outputs'
+# scale (their largest magnitude, at least 1): float32 rounds at ~1e-7 relative per op, whatever the units.
+TOLERANCE = 1e-4
 OPSET = 18
 
 
@@ -30,11 +33,14 @@ class ParityError(RuntimeError):
 
 
 class Normalized(nn.Module):
-    """(x - mean) / std per channel (feature), then the net: what the trained model sees, from raw inputs."""
+    """(x - mean) / std per channel (feature), then the net and the task's output head: what the trained model
+    sees and outputs, from raw inputs."""
 
-    def __init__(self, net: nn.Module, normalization: dict[str, list[float]] | None, ndim: int) -> None:
+    def __init__(
+        self, net: nn.Module, normalization: dict[str, list[float]] | None, ndim: int, head: nn.Module
+    ) -> None:
         super().__init__()
-        self.net = net
+        self.net, self.head = net, head
         view = (-1,) + (1,) * (ndim - 1)
         stats = normalization or {"mean": [0.0], "std": [1.0]}
         self.register_buffer("mean", torch.tensor(stats["mean"]).view(view))
@@ -45,7 +51,7 @@ class Normalized(nn.Module):
     std: Tensor
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x if self.identity else (x - self.mean) / self.std)
+        return self.head(self.net(x if self.identity else (x - self.mean) / self.std))
 
 
 def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, Any]:
@@ -58,12 +64,14 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         raise ConfigError(
             f"export needs the optional 'export' dependencies ({err.name} is missing): pip install -e '.[export]'"
         ) from None
-    from project.runs import load_run
+    from project.engine.runs import load_run
 
     checkpoint = Path(checkpoint)
     model, data = load_run(checkpoint)
     inputs, _ = data.split_tensors("test")
-    net = Normalized(model.net, data.normalization, len(data.input_shape)).eval()
+    head = model.output_head()
+    net = Normalized(model.net, data.normalization, len(data.input_shape), head).eval()
+    output = model.output_description()
     batch = torch.export.Dim("batch")
     example = (inputs[:2],)
 
@@ -72,11 +80,12 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     torch.export.save(program, out / "model.pt2")
     torch.onnx.export(
         net, example, out / "model.onnx", dynamic_shapes=({0: batch},), input_names=["inputs"],
-        output_names=["logits"], opset_version=OPSET,
+        output_names=[output["name"]], opset_version=OPSET,
     )  # fmt: skip
 
     with torch.inference_mode():
-        reference = model(data.normalize(inputs))  # the trained model, as Lightning feeds it
+        reference = head(model(data.normalize(inputs)))  # the trained model, as Lightning feeds it
+    scale = max(1.0, reference.abs().max().item())
     session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     loaded = torch.export.load(out / "model.pt2").module()
     parity = {}
@@ -86,16 +95,17 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         "pt2": lambda x: loaded(x).detach(),
     }.items():
         # The whole test split, then batches of 1 and 37: the batch dimension is dynamic.
-        logits = run(inputs)
         diff = max(
-            (logits - reference).abs().max().item(),
+            (run(inputs) - reference).abs().max().item(),
             (run(inputs[:1]) - reference[:1]).abs().max().item(),
             (run(inputs[:some]) - reference[:some]).abs().max().item(),
         )
-        agreement = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
-        parity[name] = {"max_abs_logit_diff": diff, "argmax_agreement": agreement}
-        if not diff <= tolerance:
-            raise ParityError(f"{name}: exported logits differ from the checkpoint's by {diff:.3g} > {tolerance}")
+        parity[name] = {"max_abs_diff": diff, "max_rel_diff": diff / scale}
+        if not diff <= tolerance * scale:
+            raise ParityError(
+                f"{name}: the exported {output['name']} differ from the checkpoint's by {diff:.3g}, more than "
+                f"{tolerance} x their scale {scale:.3g}"
+            )
 
     metadata = {
         "checkpoint": checkpoint.name,
@@ -107,10 +117,11 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
             "normalization": data.normalization,
             "normalization_inside": True,
         },
-        "output": {"name": "logits", "shape": ["batch", data.num_classes], "classes": list(data.class_names)},
+        "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
+        "output": output,
         "onnx_opset": OPSET,
-        "parity": {"inputs": f"test split ({len(inputs)} inputs), batch sizes 1 and {some}", "tolerance": tolerance,
-                   **parity},
+        "parity": {"inputs": f"test split ({len(inputs)} inputs), batch sizes 1 and {some}",
+                   "tolerance": f"{tolerance} x max(1, max |output|) = {tolerance * scale:.3g}", **parity},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
     }  # fmt: skip
     (out / "model.json").write_text(json.dumps(metadata, indent=2))
@@ -118,9 +129,10 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m project.export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m project.engine.export", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run directory (its checkpoints/best.ckpt is used) or a checkpoint file")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="max |logit difference| allowed")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
+                        help="max |output difference| allowed, relative to the outputs' scale")  # fmt: skip
     args = parser.parse_args(argv)
     target = Path(args.target)
     checkpoint = target / "checkpoints" / "best.ckpt" if target.is_dir() else target
@@ -131,8 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     for name, check in metadata["parity"].items():
         if isinstance(check, dict):
-            diff, agreement = check["max_abs_logit_diff"], check["argmax_agreement"]
-            print(f"{name}: max |logit diff| {diff:.2e}, argmax agreement {agreement:.2%}")
+            print(f"{name}: max |output diff| {check['max_abs_diff']:.2e} ({check['max_rel_diff']:.2e} of the scale)")
     print(f"Wrote {checkpoint.parent}/model.onnx, model.pt2 and model.json")
 
 

@@ -1,4 +1,4 @@
-"""``python -m project.sweep [configs/sweeps/default.yaml] [--workers N] [--status]`` (``make sweep``).
+"""``python -m project.engine.sweep [configs/sweeps/default.yaml] [--workers N] [--status]`` (``make sweep``).
 
 Checks the sweep file against the CLI, creates the study once (before any worker starts), reaps trials a dead
 worker left running, starts ``--workers`` worker processes on the same study (each pinned to its own GPUs when
@@ -34,7 +34,7 @@ def gpu_groups(workers: int) -> list[str | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = argparse.ArgumentParser(prog="python -m project.sweep", description=__doc__.split("\n\n")[0])
+    cli = argparse.ArgumentParser(prog="python -m project.engine.sweep", description=__doc__.split("\n\n")[0])
     cli.add_argument("spec", nargs="?", default="configs/sweeps/default.yaml", help="the sweep file")
     cli.add_argument("--workers", type=int, default=1, help="worker processes on the same study (default 1)")
     cli.add_argument("--status", action="store_true", help="print the table and write best.yaml/plots; run nothing")
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: make sweep needs {err.name}: pip install -e '.[sweep]' (make install installs it).",
               file=sys.stderr)  # fmt: skip
         return USAGE_ERROR
-    from project.errors import ConfigError
-    from project.sweep import spec as sweep_spec
-    from project.sweep import workers as sweep_workers
+    from project.engine.errors import ConfigError
+    from project.engine.sweep import spec as sweep_spec
+    from project.engine.sweep import workers as sweep_workers
 
     if args.workers < 1:
         print(f"error: --workers={args.workers}: give 1 or more (WORKERS=N).", file=sys.stderr)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "project.sweep.workers", str(sweep_dir), str(i)],
+            [sys.executable, "-m", "project.engine.sweep.workers", str(sweep_dir), str(i)],
             env={**os.environ, **({"CUDA_VISIBLE_DEVICES": gpus} if gpus is not None else {})},
         )
         for i, gpus in enumerate(gpu_groups(args.workers))
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(study: Any, spec: Any, sweep_dir: Path, base: Any) -> int:
-    from project.sweep import report
+    from project.engine.sweep import report
 
     print(report.table(study, spec))
     best = report.write_best(study, spec, sweep_dir, base)

@@ -1,5 +1,5 @@
 """Finding runs under logs/, reading their curves back (notebooks, tests), and ``make runs``: the table of every
-run (``python -m project.runs [--logs logs] [--name digits]``), read from each run's provenance.json and
+run (``python -m project.engine.runs [--logs logs] [--name digits]``), read from each run's provenance.json and
 config.yaml only, so it answers in well under a second (no torch, no Lightning, no event files)."""
 
 import argparse
@@ -30,30 +30,38 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
-    """(model in eval mode on the CPU, DataModule with the run's settings and normalisation) from a checkpoint
-    written by ``fit``, whatever DataModule it trained on. Read with ``weights_only=True``; a ``ConfigError`` in one
-    sentence if the file is missing, truncated, unsafe, or not from this project's CLI."""
-    from project.checkpoints import load_checkpoint
-    from project.data import ClassificationDataModule
-    from project.errors import ConfigError, config_error_in
-    from project.module import Classifier
+    """(task in eval mode on the CPU, DataModule with the run's settings and normalisation) from a checkpoint
+    written by ``fit``, whatever task and DataModule it trained. Read with ``weights_only=True``; a ``ConfigError``
+    in one sentence if the file is missing, truncated, unsafe, or not from this project's CLI."""
+    from project.engine.checkpoints import load_checkpoint
+    from project.engine.datamodule import DataModule
+    from project.engine.errors import ConfigError, config_error_in
+    from project.engine.task import Task
 
-    hparams = load_checkpoint(checkpoint).get("datamodule_hyper_parameters") or {}
-    class_path = hparams.get("_class_path")
-    if not class_path:
-        raise ConfigError(f"{str(checkpoint)!r} records no data.class_path: was it written by `python -m project fit`?")
-    # The class the run's own config named (installed code, not code from the checkpoint). Loaded through the
-    # concrete class: the base class's load_from_checkpoint would drop ``_class_path`` with the arguments it
-    # does not know, and build the base.
-    module, _, name = class_path.rpartition(".")
-    data_class = getattr(importlib.import_module(module), name)
-    if not issubclass(data_class, ClassificationDataModule):
-        raise ConfigError(f"data.class_path={class_path!r} is not a project.data.ClassificationDataModule.")
+    saved = load_checkpoint(checkpoint)
+    classes = []
+    for key, base, config_key in (("hyper_parameters", Task, "model"), ("datamodule_hyper_parameters", DataModule,
+                                                                         "data")):  # fmt: skip
+        class_path = (saved.get(key) or {}).get("_class_path")
+        if not class_path:
+            raise ConfigError(
+                f"{str(checkpoint)!r} records no {config_key}.class_path: was it written by `python -m project fit` "
+                "(of this version: runs trained before tasks were chosen by model.class_path load with that code)?"
+            )
+        # The class the run's own config named (installed code, not code from the checkpoint). Loaded through the
+        # concrete class: the base class's load_from_checkpoint would drop ``_class_path`` with the arguments it
+        # does not know, and build the base.
+        module, _, name = class_path.rpartition(".")
+        found = getattr(importlib.import_module(module), name)
+        if not issubclass(found, base):
+            raise ConfigError(f"{config_key}.class_path={class_path!r} is not a {base.__module__}.{base.__name__}.")
+        classes.append(found)
+    task_class, data_class = classes
     try:
         data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
     except ValueError as err:  # e.g. the data moved since training: data.root='...': no such folder
         raise (config_error_in(err) or err) from None
-    model = Classifier.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
+    model = task_class.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
     return model, data
 
 
@@ -115,7 +123,7 @@ def process_alive(pid: int | None, host: str | None = None) -> bool:
 def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     """One row of `make runs`: what provenance.json says about the run (or what little config.yaml says)."""
     row: dict[str, Any] = {"run": str(run_dir.relative_to(logs)), "status": "?", "started": "", "seconds": None,
-                           "epochs": "", "steps": "", "best": None, "test": None, "commit": ""}  # fmt: skip
+                           "epochs": "", "steps": "", "metric": "", "best": None, "test": None, "commit": ""}  # fmt: skip
     path = run_dir / "provenance.json"
     if not path.is_file():
         config = run_dir / "config.yaml"
@@ -133,7 +141,9 @@ def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     if len(segments) > 1:
         status += f" (resumed {len(segments) - 1}x)"
     spent = [_seconds(s["started"], s.get("ended")) for s in segments]
-    scores: dict[str, float] = next((s["scores"] for s in reversed(segments) if s.get("scores")), {})
+    scored = next((s for s in reversed(segments) if s.get("scores")), {})
+    scores: dict[str, float] = scored.get("scores", {})
+    metric = (scored.get("judged_by") or {}).get("metric", "")
     git = last.get("git") or {}
     row.update(
         status=status,
@@ -141,8 +151,9 @@ def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
         seconds=sum(x for x in spent if x is not None) if any(x is not None for x in spent) else None,
         epochs=last.get("epochs", ""),
         steps=last.get("steps", ""),
-        best=scores.get("best val/acc"),
-        test=scores.get("test/acc"),
+        metric=metric,
+        best=scores.get(f"best {metric}"),
+        test=scores.get(metric.replace("val/", "test/", 1)),
         commit=(git["commit"][:8] + ("*" if git.get("dirty") else "")) if git.get("commit") else "-",
     )
     return row
@@ -163,14 +174,18 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
     configs = {row["run"]: _config_values(logs / row["run"]) for row in rows}
     keys = sorted({k for c in configs.values() for k in c})
     differing = [k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1][:max_hparams]
-    header = ["run", "status", "started", "time", "epochs", "steps", "best val/acc", "test/acc", *differing, "commit"]
+    # The scores of the metric each run is judged by: named in the header when every run shares it.
+    metrics = {row["metric"] for row in rows if row["metric"]}
+    shared = metrics.pop() if len(metrics) == 1 else None
+    scores = [f"best {shared}", shared.replace("val/", "test/", 1)] if shared else ["judged by", "best", "test"]
+    header = ["run", "status", "started", "time", "epochs", "steps", *scores, *differing, "commit"]
     lines = [header]
     for row in rows:
         seconds = row["seconds"]
         lines.append([
             row["run"], row["status"], row["started"].replace("T", " ")[:16],
             "" if seconds is None else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s",
-            str(row["epochs"]), str(row["steps"]),
+            str(row["epochs"]), str(row["steps"]), *([] if shared else [row["metric"]]),
             "" if row["best"] is None else f"{row['best']:.4f}", "" if row["test"] is None else f"{row['test']:.4f}",
             *(configs[row["run"]].get(k, "") for k in differing), row["commit"],
         ])  # fmt: skip
@@ -178,7 +193,7 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m project.runs", description="The table of every run under logs/.")
+    parser = argparse.ArgumentParser(prog="python -m project.engine.runs", description="The table of every run under logs/.")
     parser.add_argument("--logs", default="logs", help="the directory of runs (default: logs)")
     parser.add_argument("--name", default=None, help="only the runs of this experiment (logs/<name>/...)")
     args = parser.parse_args(argv)

@@ -11,14 +11,14 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from lightning_utilities.core.apply_func import apply_to_collection
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes ``<dir>/.<name>.tmp-<pid>`` in the checkpoint's own directory, flushes and fsyncs it, renames it
     over ``<name>`` (atomic on one filesystem) and fsyncs the directory. A kill or power loss at any instant
     leaves the old file or the new one, never a truncated one. Lightning's own save stages the file in $TMPDIR,
-    which is only atomic when that is the same filesystem, and never fsyncs (#21253, notes §4)."""
+    which is only atomic when that is the same filesystem, and never fsyncs (#21253)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if "://" in str(path):  # remote storage: leave it to fsspec
@@ -52,7 +52,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
     most one save in flight, the next save (or a removal, or a load) waits for it, so host memory holds at most one
     snapshot and ModelCheckpoint's removal of an old file cannot race its write; a failed write is raised on the
     training thread at the next save, or at the end of fit (teardown). Enable it with
-    ``trainer.plugins: [project.checkpoints.BackgroundCheckpointIO]`` (configs/gpu.yaml does).
+    ``trainer.plugins: [project.engine.checkpoints.BackgroundCheckpointIO]`` (configs/gpu.yaml does).
     """
 
     def __init__(self) -> None:

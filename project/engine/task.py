@@ -1,43 +1,66 @@
-"""The LightningModule: the training recipe (loss, metrics, optimizer, LR schedule) around any ``net``."""
+"""The base of every task: the mechanics of training a ``net`` that are not the recipe.
+
+A task (``project/tasks/``) subclasses ``Task`` and says only what the problem is:
+
+- ``monitor`` and ``mode``: the metric it is judged by and its direction (``"val/acc"``, ``"max"``); the best
+  checkpoint, early stopping, ``make runs`` and ``make sweep`` read them unless the config names another;
+- ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``);
+- ``loss(outputs, targets)``: the loss per sample (unreduced: training takes its mean, evaluation its exact mean
+  over the whole split);
+- ``configure_metrics()``: a torchmetrics ``MetricCollection``, cloned per stage and logged as ``val/<name>`` and
+  ``test/<name>`` once per epoch (``update_metrics`` feeds it, from the net's outputs by default);
+- what a prediction is: ``prediction(outputs)`` (e.g. probabilities, or values in the targets' units),
+  ``prediction_table(predictions)`` (the prediction file's columns), and for export ``output_head()`` (what follows
+  the net in the exported model) with ``output_description()`` (its name, shape and meaning in ``model.json``).
+
+The engine here owns the rest, whatever the task's steps compute: AdamW with the weight-decay split and the
+warmup+cosine schedule per optimizer step, the accumulation tail-window correction (in the ``backward`` hook),
+the logging-step gating and the gradient-norm log, the RNG state in checkpoints, the checkpoint fit check,
+``torch.compile``, the FSDP sharding hook, and the fast_dev_run warmup squeeze.
+"""
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics import MeanMetric, MetricCollection
 
-from project.errors import ConfigError
-from project.rng import capture_rng_state, restore_rng_state
-from project.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
+from project.engine.errors import ConfigError
+from project.engine.rng import capture_rng_state, restore_rng_state
+from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
 
 Batch = tuple[Tensor, Tensor]
 
 
-class Classifier(L.LightningModule):
-    """Cross-entropy classification with AdamW and a warmup+cosine schedule stepped per optimizer step."""
+class Task(L.LightningModule):
+    """AdamW and a warmup+cosine schedule stepped per optimizer step, around any ``net``. Subclass it (see the
+    module docstring for what a task declares); ``training_step`` and the evaluation steps may be overridden too,
+    and the engine's mechanics still apply."""
+
+    monitor: str = "val/loss"
+    mode: Literal["min", "max"] = "min"
+    target_kind: Literal["classes", "values"] = "classes"
 
     def __init__(
         self,
         net: nn.Module,
-        num_classes: int,
+        target_names: list[str] | None = None,
         lr: float = 3e-3,
         min_lr: float = 1e-5,
         warmup: int | float = 0.05,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
-        label_smoothing: float = 0.0,
         compile: bool | str = False,
     ) -> None:
         """
         Args:
-            net: the network, any ``nn.Module`` mapping a batch of inputs to ``num_classes`` logits.
-            num_classes: number of classes (linked from the DataModule by the CLI).
+            net: the network, any ``nn.Module`` mapping a batch of inputs to the task's outputs.
+            target_names: the names of the targets (class names, or the value columns), linked from the DataModule
+                by the CLI.
             lr: peak learning rate, reached at the end of warmup.
             min_lr: learning rate at the final optimizer step (the end of the cosine).
             warmup: linear-warmup length: an int is a number of optimizer steps, a float in [0, 1) a fraction
@@ -45,7 +68,6 @@ class Classifier(L.LightningModule):
             weight_decay: AdamW decoupled weight decay, applied to weight matrices and conv kernels only (never
                 to biases or normalisation weights).
             betas: AdamW's moment coefficients.
-            label_smoothing: cross-entropy label smoothing in [0, 1).
             compile: ``torch.compile`` the net (true: the default inductor backend; a string names another
                 backend, e.g. "eager" to debug). Compiled in place (``nn.Module.compile``), so parameter names and
                 checkpoints are those of the plain net and load into an uncompiled model.
@@ -58,21 +80,54 @@ class Classifier(L.LightningModule):
         check_warmup(warmup)
         if weight_decay < 0:
             raise ConfigError(f"model.weight_decay={weight_decay!r}: must be >= 0.")
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ConfigError(f"model.label_smoothing={label_smoothing!r}: must lie in [0, 1).")
         # Under LightningCLI the saved hparams are the config, ``net`` as class_path/init_args: plain data that
         # loads with weights_only=True and lets load_from_checkpoint rebuild the net. Built by hand, ``net`` is a
-        # module object, which must never be pickled into a checkpoint (notes §0.2): its weights are in the
-        # state_dict anyway. Lightning exposes "hparams came from the CLI" only through this context variable.
+        # module object, which must never be pickled into a checkpoint: its weights are in the state_dict anyway.
+        # Lightning exposes "hparams came from the CLI" only through this context variable. (Collects the
+        # subclass's own arguments too: Lightning walks the chain of __init__ frames.)
         self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net"])
         self.net = net
+        self.target_names = list(target_names or [])
         # nan_strategy="disable": the default NaN check costs a host sync per update; a NaN loss should show
         # in the curve anyway (and EarlyStopping stops on it).
         self.train_loss = MeanMetric(nan_strategy="disable")
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        metrics = self.configure_metrics()
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+
+    # ---- what a task says ---------------------------------------------------------------------------------------
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """The loss of each sample (or pixel), unreduced."""
+        raise NotImplementedError(f"{type(self).__name__} must implement loss(outputs, targets).")
+
+    def configure_metrics(self) -> MetricCollection:
+        """The metrics logged per evaluation stage, e.g. ``MetricCollection({"acc": MulticlassAccuracy(...)})``."""
+        return MetricCollection({})
+
+    def update_metrics(self, metrics: MetricCollection, outputs: Tensor, targets: Tensor) -> None:
+        metrics.update(outputs, targets)
+
+    def prediction(self, outputs: Tensor) -> Tensor:
+        """What ``predict`` returns for the net's outputs (one row per sample)."""
+        return outputs
+
+    def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
+        """The prediction file's header and one row per sample (the writer adds ``index`` and ``input``)."""
+        header = [f"output_{i}" for i in range(predictions[0].numel())]
+        return header, [[f"{v:.6g}" for v in row] for row in predictions.flatten(1).tolist()]
+
+    def output_head(self) -> nn.Module:
+        """What follows the net in the exported model (the outputs ``output_description`` describes)."""
+        return nn.Identity()
+
+    def output_description(self) -> dict[str, Any]:
+        """``model.json``'s "output": the exported model's output name, shape and meaning."""
+        return {"name": "outputs", "shape": ["batch", len(self.target_names)], "targets": self.target_names}
+
+    # ---- the engine ---------------------------------------------------------------------------------------------
 
     def configure_model(self) -> None:
         # FSDP2 (configs/fsdp.yaml: ModelParallelStrategy provides the device mesh): shard every layer with
@@ -96,71 +151,75 @@ class Classifier(L.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         x, y = batch
-        loss = F.cross_entropy(self(x), y, label_smoothing=self.hparams["label_smoothing"])
+        loss = self.loss(self(x), y).mean()
         # Only on the steps the logger writes: each self.log of a metric costs ~0.8 ms of Lightning bookkeeping
         # on a CPU (it moves the metric "to the device" every call), more than a small model's whole step.
-        if self._is_logging_step():
+        if self.is_logging_step():
             self.train_loss(loss.detach())
             self.log("train/loss", self.train_loss, on_step=True, on_epoch=False)
-        return loss * self._tail_window_correction(batch_idx)
+        return loss
 
-    def _is_logging_step(self) -> bool:
+    def is_logging_step(self) -> bool:
         """Whether the optimizer step under way is one the logger writes: ``global_step + 1`` is that step's
         number, as Lightning's ``should_update_logs`` counts before the step."""
         every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]
         return every > 0 and (self.trainer.global_step + 1) % every == 0
 
-    def _tail_window_correction(self, batch_idx: int) -> float:
+    def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
+        # Here rather than in training_step, so it holds whatever a task's training_step computes.
+        super().backward(loss * self._tail_window_correction(), *args, **kwargs)
+
+    def _tail_window_correction(self) -> float:
         """Lightning divides every micro-batch loss by ``accumulate_grad_batches`` (k), also in an epoch's last
-        window when it holds only r < k micro-batches, whose step then gets r/k of its gradient (Lightning #19987,
-        notes §2). Scaling those losses by k/r makes that step the mean over its r micro-batches, as a big batch."""
+        window when it holds only r < k micro-batches, whose step then gets r/k of its gradient (Lightning
+        #19987). Scaling those losses by k/r makes that step the mean over its r micro-batches, as a big batch."""
         k = self.trainer.accumulate_grad_batches
         n = self.trainer.num_training_batches
         if k == 1 or not math.isfinite(n):
             return 1.0
+        batch_idx = self.trainer.fit_loop.epoch_loop.batch_idx
         window = min(k, int(n) - batch_idx // k * k)
         return k / window
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Called once per optimizer step, after accumulation and AMP unscaling, before clipping: the true pre-clip
         # norm. Computed on device (one fused reduction, no host copy per parameter), on logging steps only.
-        if self._is_logging_step():
+        if self.is_logging_step():
             grads = [p.grad for p in self.parameters() if p.grad is not None]
             norm = torch.nn.utils.get_total_norm(grads)
             if isinstance(norm, DTensor):  # sharded gradients (FSDP): the norm over all shards
                 norm = norm.full_tensor()
             self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
-    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, acc_metric: MulticlassAccuracy) -> None:
+    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
         x, y = batch
-        logits = self(x)
+        outputs = self(x)
         # Per-sample losses into a MeanMetric: the epoch value is the exact mean over samples, also across DDP
-        # ranks with uneven shards (a mean of batch means, or sync_dist on a tensor, would not be: notes §6).
-        loss_metric.update(
-            F.cross_entropy(logits, y, reduction="none", label_smoothing=self.hparams["label_smoothing"])
-        )
-        acc_metric.update(logits, y)
+        # ranks with uneven shards (a mean of batch means, or sync_dist on a tensor, would not be).
+        loss_metric.update(self.loss(outputs, y))
+        self.update_metrics(metrics, outputs, y)
 
-    def _log_epoch(self, stage: str, loss_metric: MeanMetric, acc_metric: MulticlassAccuracy) -> None:
+    def _log_epoch(self, stage: str, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
         # Once per epoch, not per batch: the same value (Lightning computes, syncs across ranks and resets the
         # metric objects at epoch end) without Lightning's per-call bookkeeping (~0.8 ms a call) on every batch.
-        self.log(f"{stage}/loss", loss_metric)
-        self.log(f"{stage}/acc", acc_metric, prog_bar=True)
+        self.log(f"{stage}/loss", loss_metric, prog_bar=self.monitor == f"{stage}/loss")
+        for name, metric in metrics.items(keep_base=False):
+            self.log(name, metric, prog_bar=name == self.monitor)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_loss, self.val_acc)
+        self._evaluate(batch, self.val_loss, self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val", self.val_loss, self.val_acc)
+        self._log_epoch("val", self.val_loss, self.val_metrics)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_loss, self.test_acc)
+        self._evaluate(batch, self.test_loss, self.test_metrics)
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch("test", self.test_loss, self.test_acc)
+        self._log_epoch("test", self.test_loss, self.test_metrics)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self(batch[0]).softmax(dim=-1)
+        return self.prediction(self(batch[0]))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = capture_rng_state()
@@ -171,8 +230,8 @@ class Classifier(L.LightningModule):
         if theirs and own.keys() != theirs.keys():
             missing, unexpected = sorted(own.keys() - theirs.keys()), sorted(theirs.keys() - own.keys())
             raise ConfigError(
-                f"The checkpoint does not fit this model (another model.net?): parameters missing from it: "
-                f"{missing[:3]}, unknown to this model: {unexpected[:3]}."
+                f"The checkpoint does not fit this model (another model.net or task?): parameters missing from "
+                f"it: {missing[:3]}, unknown to this model: {unexpected[:3]}."
             )
         for name, tensor in theirs.items():
             if tensor.shape != own[name].shape:
@@ -188,7 +247,7 @@ class Classifier(L.LightningModule):
         decay = [p for p in self.parameters() if p.requires_grad and p.ndim >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.ndim < 2]
         # foreach (the default), never fused=True: fused AdamW + gradient clipping under AMP raises in
-        # Lightning 2.6 (#21435, notes §3).
+        # Lightning 2.6 (#21435).
         optimizer = torch.optim.AdamW(
             [
                 {"params": decay, "weight_decay": self.hparams["weight_decay"]},
@@ -205,9 +264,7 @@ class Classifier(L.LightningModule):
             )
         total = int(total)
         warmup = resolve_warmup_steps(self.hparams["warmup"], total)
-        if getattr(
-            self.trainer, "fast_dev_run", False
-        ):  # a smoke test of a few batches: the same curve, squeezed into them
+        if getattr(self.trainer, "fast_dev_run", False):  # a smoke test of a few batches: the curve squeezed in
             warmup = min(warmup, total - 1)
         scheduler = WarmupCosine(optimizer, warmup, total, self.hparams["min_lr"])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}

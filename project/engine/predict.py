@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 
 class CSVPredictionWriter(BasePredictionWriter):
-    """Writes ``index, [input,] predicted, label, prob_<class name>...`` per input, in input order (one process):
-    ``predicted`` is the class index, ``label`` its name, ``input`` the file the input came from when known."""
+    """Writes ``index, [input,] <the task's columns>`` per input, in input order (one process): the task's
+    ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values in
+    the targets' units); ``input`` is the file the input came from, when the DataModule knows it."""
 
     def __init__(self, output: str = "predictions.csv") -> None:
         super().__init__(write_interval="epoch")
@@ -22,19 +22,14 @@ class CSVPredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
-        probabilities = torch.cat(list(predictions)).float()
+        header, rows = pl_module.prediction_table(torch.cat(list(predictions)).float())  # type: ignore[operator]
         dm = trainer.datamodule  # type: ignore[attr-defined]
-        names = list(getattr(dm, "class_names", None) or range(probabilities.shape[1]))
         inputs = getattr(dm, "predict_names", None) if getattr(dm, "predict_set", None) is not None else None
         output = Path(self.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(
-                ["index", *(["input"] if inputs else []), "predicted", "label", *(f"prob_{c}" for c in names)]
-            )
-            for index, row in enumerate(probabilities.tolist()):
-                best = int(np.argmax(row))
-                source = [inputs[index]] if inputs else []
-                writer.writerow([index, *source, best, names[best], *(f"{p:.6g}" for p in row)])
-        print(f"Wrote {len(probabilities)} predictions to {output}")
+            writer.writerow(["index", *(["input"] if inputs else []), *header])
+            for index, row in enumerate(rows):
+                writer.writerow([index, *([inputs[index]] if inputs else []), *row])
+        print(f"Wrote {len(rows)} predictions to {output}")

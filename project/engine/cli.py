@@ -1,7 +1,8 @@
 """The command line: ``python -m project {fit,validate,test,predict} --config configs/default.yaml [--key=value]``.
 
-Every YAML key is a constructor argument of the Trainer, ``Classifier`` or the DataModule that ``data.class_path``
-names (any ``project.data.ClassificationDataModule``), type-checked by jsonargparse. On top of LightningCLI, for
+Every YAML key is a constructor argument of the Trainer, of the task that ``model.class_path`` names (any
+``project.engine.task.Task``: ``project.tasks.Classifier``, ``Regressor``, yours) or of the DataModule that
+``data.class_path`` names (any ``project.engine.datamodule.DataModule``), type-checked by jsonargparse. On top of LightningCLI, for
 every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a resumable checkpoint, ``fit --ckpt_path
 <run>/checkpoints/last.ckpt`` continues that run in its own directory, a checkpoint is read with
 ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
@@ -22,15 +23,15 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from project.checkpoints import AtomicCheckpointIO, load_checkpoint
-from project.dashboard import write_layout
-from project.data import ClassificationDataModule
-from project.errors import ConfigError, config_error_in
-from project.last_checkpoint import Interrupted, LastCheckpoint
-from project.module import Classifier
-from project.predict import CSVPredictionWriter
-from project.provenance import Provenance
-from project.runs import flatten
+from project.engine.checkpoints import AtomicCheckpointIO, load_checkpoint
+from project.engine.dashboard import write_layout
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError, config_error_in
+from project.engine.last_checkpoint import Interrupted, LastCheckpoint
+from project.engine.predict import CSVPredictionWriter
+from project.engine.provenance import Provenance
+from project.engine.runs import flatten
+from project.engine.task import Task
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -70,13 +71,14 @@ def _written_at_start(name: str) -> bool:
 
 
 class CLI(LightningCLI):
-    """``LightningCLI`` for ``Classifier`` + the config's DataModule; ``args=None`` reads ``sys.argv``."""
+    """``LightningCLI`` for the config's task and DataModule; ``args=None`` reads ``sys.argv``."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self._cli_args = list(args) if args is not None else sys.argv[1:]
         super().__init__(
-            Classifier,
-            ClassificationDataModule,
+            Task,
+            DataModule,
+            subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_callback=SaveConfig,
             auto_configure_optimizers=False,
@@ -89,13 +91,17 @@ class CLI(LightningCLI):
             "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
             help="torch.set_float32_matmul_precision: 'high' lets float32 matmuls use TF32 on Ampere+ GPUs",
         )  # fmt: skip
-        # Shapes come from the data, so nobody types them twice (and they cannot disagree).
-        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.num_classes", "model.net.init_args.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.input_shape", "model.net.init_args.input_shape", apply_on="instantiate")
+        # Shapes and target names come from the data, so nobody types them twice (and they cannot disagree).
+        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
+        net = "model.init_args.net.init_args"
+        parser.link_arguments("data.num_outputs", f"{net}.num_outputs", apply_on="instantiate")
+        parser.link_arguments("data.input_shape", f"{net}.input_shape", apply_on="instantiate")
+        # The DataModule shards the data itself (seeded, resumable, unpadded for evaluation): Lightning must not
+        # replace its samplers. Refused below if a config turns this back on.
+        parser.set_defaults({"trainer.use_distributed_sampler": False})
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning's version (notes §10) silently replaces the config's model hyperparameters with the
+        """Lightning's version silently replaces the config's model hyperparameters with the
         checkpoint's; here a checkpoint is first read safely, and any disagreement is an error naming the key."""
         subcommand = self.config.get("subcommand")
         ckpt_path = subcommand and self.config[subcommand].get("ckpt_path")
@@ -155,6 +161,11 @@ class CLI(LightningCLI):
         if self.subcommand != "fit":
             return
         trainer = self.config.fit.trainer
+        if trainer.use_distributed_sampler:
+            raise ConfigError(
+                "trainer.use_distributed_sampler=true: the DataModule builds its own seeded, resumable and unpadded "
+                "samplers for every process, which Lightning's would replace (and pad); leave it false."
+            )
         if trainer.max_epochs is None and trainer.max_steps in (None, -1) and not trainer.fast_dev_run:
             # Lightning would silently assume max_epochs=1000 and stretch the cosine schedule over it.
             raise ConfigError(
@@ -170,6 +181,14 @@ class CLI(LightningCLI):
             raise (config_error_in(err) or err) from None
 
     def after_instantiate_classes(self) -> None:
+        task, data = self.model, self.datamodule
+        if task.target_kind != data.target_kind:
+            raise ConfigError(
+                f"model.class_path={type(task).__name__} learns from {task.target_kind}, but data.class_path="
+                f"{type(data).__name__} serves {data.target_kind} ({', '.join(data.target_names[:5])}): choose a "
+                "task for these targets (configs/tasks/*.yaml), or set the DataModule's target type (e.g. "
+                "data.target_type for a CSV)."
+            )
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
@@ -186,7 +205,7 @@ class CLI(LightningCLI):
     def before_fit(self) -> None:
         self._started = time.perf_counter()
         if self.trainer.is_global_zero:
-            write_layout(self.trainer.logger)
+            write_layout(self.trainer.logger, self.model)
         if self.trainer.is_global_zero and self.trainer.log_dir:
             print(f"Run directory: {self.trainer.log_dir}  (resolved config: {self.trainer.log_dir}/config.yaml)")
 
@@ -202,15 +221,23 @@ class CLI(LightningCLI):
         if not trainer.is_global_zero:
             return
         metrics = trainer.callback_metrics
-        scores: dict[str, float] = {k: float(metrics[k]) for k in ("test/acc", "test/loss") if k in metrics}
+        scores: dict[str, float] = {k: float(v) for k, v in sorted(metrics.items()) if k.startswith("test/")}
         if best_score is not None:
-            scores["best val/acc"] = float(best_score)
+            scores[f"best {checkpoint.monitor}"] = float(best_score)  # type: ignore[union-attr]
         self._log_hparams_with(scores)
         for provenance in (cb for cb in trainer.callbacks if isinstance(cb, Provenance)):  # type: ignore[attr-defined]
-            provenance.update(scores=scores, best_checkpoint=best)
+            provenance.update(scores=scores, best_checkpoint=best, judged_by=self._judged_by())
         shown = "  ".join(f"{k}={v:.4f}" for k, v in scores.items())
         took = time.perf_counter() - self._started
         print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {shown}  ({took:.1f} s)", flush=True)
+
+    def _judged_by(self) -> dict[str, str]:
+        """The metric the run is judged by (its best checkpoint's, else the task's) and its direction."""
+        checkpoint = self.trainer.checkpoint_callback
+        monitor = getattr(checkpoint, "monitor", None)
+        if monitor:
+            return {"metric": monitor, "mode": getattr(checkpoint, "mode", "min")}
+        return {"metric": self.model.monitor, "mode": self.model.mode}
 
     def _log_hparams_with(self, scores: dict[str, float]) -> None:
         """The run's hyperparameters with its final scores, for TensorBoard's HPARAMS view (runs side by side)."""
@@ -244,8 +271,8 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
         module, _, name = str(callback.class_path).rpartition(".")
         return getattr(importlib.import_module(module), name)
 
-    def monitors_val(callback: Any) -> bool:
-        return str((callback.get("init_args") or {}).get("monitor") or "").startswith("val/")
+    def monitors_val(callback: Any) -> bool:  # monitor null: the task's metric, a val/ one
+        return str((callback.get("init_args") or {}).get("monitor") or "val/").startswith("val/")
 
     def drop(reason: str, unwanted: Any) -> None:
         kept = [cb for cb in trainer.callbacks or [] if not unwanted(cb)]

@@ -1,6 +1,6 @@
 """Curves that answer "where is the time going": throughput, the fraction of time spent waiting for data, peak
 memory. Host clocks only: nothing here synchronises with the GPU or copies a tensor to the host per step
-(Lightning's ThroughputMonitor calls ``torch.cuda.synchronize()`` every batch, notes §7)."""
+(Lightning's ThroughputMonitor calls ``torch.cuda.synchronize()`` every batch)."""
 
 import resource
 import sys
@@ -102,6 +102,7 @@ class TrainingMonitor(L.Callback):
         pl_module.log_dict(peak, on_step=False, on_epoch=True)
         if not sys.stdout.isatty():
             metrics = trainer.callback_metrics
-            shown = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in ("val/loss", "val/acc") if k in metrics)
+            judged = getattr(pl_module, "monitor", "val/loss")
+            shown = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in dict.fromkeys(("val/loss", judged)) if k in metrics)
             took = time.perf_counter() - self._epoch_start
             rank_zero_info(f"epoch {trainer.current_epoch}: {shown}  ({took:.1f} s)")

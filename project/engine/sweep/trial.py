@@ -12,7 +12,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from project.errors import ConfigError
+from project.engine.errors import ConfigError
 
 
 class SweepTrial(Callback):
@@ -31,8 +31,8 @@ class SweepTrial(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        from project.sweep.spec import build, load
-        from project.sweep.workers import open_study
+        from project.engine.sweep.spec import build, load
+        from project.engine.sweep.workers import open_study
 
         spec = load(self.sweep_dir / "sweep.yaml")
         self.metric = spec.metric

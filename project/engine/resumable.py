@@ -1,6 +1,6 @@
 """A train DataLoader whose position inside an epoch is saved in checkpoints, so a run resumed mid-epoch continues
 with exactly the batches it would have seen next. Lightning saves and restores any train loader that has
-``state_dict``/``load_state_dict`` (notes §5); a plain DataLoader restarts the epoch from its first batch.
+``state_dict``/``load_state_dict`` (Lightning #19764); a plain DataLoader restarts the epoch from its first batch.
 """
 
 import itertools
@@ -32,7 +32,7 @@ class ResumableDataLoader(DataLoader):
 
     The state is (epoch, batches consumed): counted where training consumes batches, so it is right with any
     number of workers, whatever they prefetched. ``len()`` stays the full epoch, as Lightning expects.
-    ``wait_seconds`` adds up the time spent waiting for batches (read by ``project.monitor.TrainingMonitor``).
+    ``wait_seconds`` adds up the time spent waiting for batches (read by ``project.engine.monitor.TrainingMonitor``).
     """
 
     sampler: ResumableSampler

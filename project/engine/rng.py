@@ -1,5 +1,5 @@
 """Every random number generator's state as plain tensors and ints, so it goes into a checkpoint that loads with
-``weights_only=True``. Lightning checkpoints none of them (notes §5): without this, a resumed run draws different
+``weights_only=True``. Lightning checkpoints none of them: without this, a resumed run draws different
 dropout masks than the uninterrupted one."""
 
 import random

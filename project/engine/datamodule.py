@@ -1,14 +1,16 @@
 """The engine every DataModule gets: the train/val/test split, every DataLoader setting, the samplers (seeded and
 sharded across processes, resumable mid-epoch, unpadded for evaluation), and the normalisation. A DataModule for
-your data subclasses ``ClassificationDataModule`` and only says what the data is (see ``digits.py``,
-``images.py``, ``table.py``, and the README's "Make it yours").
+your data subclasses ``DataModule`` and only says what the data is (see ``project/data/``, and the README's
+"Make it yours").
 
-The contract a subclass declares, which everything downstream reads (the model's shapes, ``predict``,
+The contract a subclass declares, which everything downstream reads (the net's shapes, the task, ``predict``,
 ``export``'s ``model.json``, the notebooks, the tests) instead of knowing the data:
 
-- ``class_names``: one name per class, in label order; ``input_shape``: one sample's shape, e.g. (C, H, W) or
-  (features,); samples are float32 tensors of that shape, labels int64 class indices;
-- ``load_dataset()``: every labelled sample (split here by ``split_seed``), or ``load_splits()`` for your own split;
+- ``target_kind`` and ``target_names``: what the targets are. ``"classes"``: each target is an int64 class index,
+  ``target_names`` one name per class in index order. ``"values"``: each target is a float32 vector of real
+  values, ``target_names`` one name per value (e.g. the CSV columns). The net has one output per name;
+- ``input_shape``: one sample's shape, e.g. (C, H, W) or (features,); samples are float32 tensors of that shape;
+- ``load_dataset()``: every sample with its target (split here by ``split_seed``), or ``load_splits()`` for your own split;
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
 - ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
 
@@ -22,7 +24,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -30,8 +32,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, Subset, TensorDataset
 
-from project.errors import ConfigError
-from project.resumable import ResumableDataLoader, ResumableSampler
+from project.engine.errors import ConfigError
+from project.engine.resumable import ResumableDataLoader, ResumableSampler
 
 # At most this many training samples (a seeded random subset) are read to compute the normalisation.
 NORMALIZATION_SAMPLES = 10_000
@@ -41,7 +43,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
     """Evaluation sampler giving rank r the samples r, r+W, r+2W, ...: every sample is seen exactly once.
 
     torch's DistributedSampler pads the index list with repeats so every rank gets the same count, and
-    torchmetrics does not remove them, so DDP val/test metrics would be biased (LIGHTNING_NOTES §1, §6). Uneven
+    torchmetrics does not remove them, so DDP val/test metrics would be biased. Uneven
     shards are safe here because evaluation makes no per-step collective call (metrics sync once, at epoch end).
     """
 
@@ -59,17 +61,19 @@ def _run_seed() -> int:
     return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
 
-class ClassificationDataModule(L.LightningDataModule):
-    """Labelled samples for classification, split train/val/test by a fixed seed and served to one or many
-    processes. Subclasses set ``class_names`` and ``input_shape`` in ``__init__`` and implement ``load_dataset``.
+class DataModule(L.LightningDataModule):
+    """Samples with targets, split train/val/test by a fixed seed and served to one or many processes. Subclasses
+    set ``target_names`` (and ``target_kind`` unless they are classes) and ``input_shape`` in ``__init__`` and
+    implement ``load_dataset``.
 
     ``batch_size`` is per process: the global batch is batch_size x devices x num_nodes x accumulate_grad_batches.
     The train sampler is a seeded ``DistributedSampler`` on every run, one process included, so the sample order
     depends only on the run's seed and the epoch (Lightning calls ``set_epoch``), never on global RNG state; the
-    train loader is resumable mid-epoch (``project/resumable.py``).
+    train loader is resumable mid-epoch (``project/engine/resumable.py``).
     """
 
-    class_names: list[str]
+    target_kind: Literal["classes", "values"] = "classes"
+    target_names: list[str]
     input_shape: tuple[int, ...]
 
     def __init__(
@@ -133,11 +137,13 @@ class ClassificationDataModule(L.LightningDataModule):
     # ---- what a subclass provides -------------------------------------------------------------------------------
 
     @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
+    def num_outputs(self) -> int:
+        """The net's outputs: one per class, or one per value."""
+        return len(self.target_names)
 
     def load_dataset(self) -> Dataset:
-        """Every labelled sample: ``dataset[i]`` is (float32 tensor shaped ``input_shape``, int64 class index)."""
+        """Every sample: ``dataset[i]`` is (float32 tensor shaped ``input_shape``, its target as ``target_kind``
+        says: an int64 class index, or a float32 vector of ``len(target_names)`` values)."""
         raise NotImplementedError(f"{type(self).__name__} must implement load_dataset() (or load_splits()).")
 
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
@@ -192,7 +198,7 @@ class ClassificationDataModule(L.LightningDataModule):
             path = Path(self.hparams["predict_path"])
             if not path.exists():
                 raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
-            inputs = self.load_predict_inputs(path)  # no labels: -1
+            inputs = self.load_predict_inputs(path)  # no targets: -1
             self.predict_set = TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
         if self.train_set is None:
             self.train_set, self.val_set, self.test_set = self.load_splits()
@@ -200,13 +206,14 @@ class ClassificationDataModule(L.LightningDataModule):
             self.normalization  # noqa: B018  (computed now, before training starts, unless a checkpoint restores it)
 
     def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
-        """A whole split as (raw inputs, labels) stacked in memory: for notebooks, export and tests."""
+        """A whole split as (raw inputs, targets) stacked in memory, targets in their own dtype: for notebooks,
+        export and tests."""
         if self.train_set is None:
             self.setup("fit")
         dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[split]
         assert dataset is not None
         xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)  # type: ignore[arg-type]
-        return torch.stack(xs), torch.as_tensor(ys, dtype=torch.int64)
+        return torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])
 
     @property
     def normalization(self) -> dict[str, list[float]] | None:
@@ -280,7 +287,7 @@ class ClassificationDataModule(L.LightningDataModule):
             persistent_workers=self.hparams["persistent_workers"] and workers > 0,
             prefetch_factor=self.hparams["prefetch_factor"] if workers > 0 else None,
             # Worker seeds are drawn from this generator, not from the global RNG, which stays untouched by
-            # loaders (its state is checkpointed for dropout; see project/rng.py).
+            # loaders (its state is checkpointed for dropout; see project/engine/rng.py).
             generator=torch.Generator().manual_seed(_run_seed()),
             **kwargs,
         )

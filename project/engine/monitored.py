@@ -1,0 +1,49 @@
+"""The best checkpoint and early stopping, judged by the task's own metric unless the config names another.
+
+``monitor: null`` (the default here) means the metric the task declares (``Task.monitor``/``Task.mode``, e.g.
+``val/acc`` max for the Classifier, ``val/rmse`` min for the Regressor), read when the run starts. A ``monitor``
+the config names is kept as given, with its ``mode``; Lightning's own ``ModelCheckpoint`` and ``EarlyStopping``
+work as always and are never replaced (torchgeo #1642: a task that builds its callbacks silently drops the user's).
+"""
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+
+def _judged_by(pl_module: L.LightningModule) -> tuple[str, str]:
+    monitor, mode = getattr(pl_module, "monitor", None), getattr(pl_module, "mode", None)
+    if not isinstance(monitor, str) or mode not in ("min", "max"):
+        raise TypeError(f"{type(pl_module).__name__} declares no monitor/mode: name the metric in the callback.")
+    return monitor, mode
+
+
+class TaskCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` (every argument is Lightning's) whose ``monitor`` defaults to the task's metric."""
+
+    def __init__(self, monitor: str | None = None, mode: Literal["min", "max"] | None = None, **kwargs: Any) -> None:
+        self._follows_task = monitor is None
+        super().__init__(monitor=monitor, mode=mode or "min", **kwargs)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._follows_task:  # before any checkpoint state is restored: its key names the monitor
+            self.monitor, self.mode = _judged_by(pl_module)
+            self.kth_value = torch.tensor(-torch.inf if self.mode == "max" else torch.inf)
+        super().setup(trainer, pl_module, stage)
+
+
+class TaskEarlyStopping(EarlyStopping):
+    """``EarlyStopping`` (every argument is Lightning's) whose ``monitor`` defaults to the task's metric."""
+
+    def __init__(self, monitor: str | None = None, mode: Literal["min", "max"] | None = None, **kwargs: Any) -> None:
+        self._follows_task = monitor is None
+        super().__init__(monitor=monitor or "", mode=mode or "min", **kwargs)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._follows_task:
+            self.monitor, self.mode = _judged_by(pl_module)
+            self.best_score = torch.tensor(-torch.inf if self.mode == "max" else torch.inf)
+            self.min_delta = abs(self.min_delta) * (1 if self.mode == "max" else -1)  # Lightning's sign convention
+        super().setup(trainer, pl_module, stage)
