@@ -1,6 +1,6 @@
 """Plain ``nn.Module`` networks. Each takes ``input_shape`` and ``num_outputs`` (linked from the DataModule by
-the CLI, so nobody types them twice) and returns one output per target (class logits, or values). Add your own here and select it in the config with
-``model.net.class_path``."""
+the CLI, so nobody types them twice) and returns one output per target (class logits, or values). Add your own
+here and select it in the config with ``model.init_args.net.class_path``."""
 
 import math
 

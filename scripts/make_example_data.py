@@ -1,11 +1,16 @@
-"""Example data in the two everyday shapes, to try ``configs/data/images.yaml`` and ``configs/data/csv.yaml``:
+"""Example data in the everyday shapes, to try ``configs/data/images.yaml``, ``configs/data/csv.yaml`` and
+``configs/tasks/*.yaml``:
 
-    python scripts/make_example_data.py            # data/images/{circle,square,triangle}/*.png, data/table.csv
+    python scripts/make_example_data.py  # data/images/{circle,square,triangle}/*.png, data/{table,regression,tags}.csv
 
 - images: RGB pictures of a circle, a square or a triangle of random size, position and colour on a noisy
   background, one subfolder per class (what ``ImageFolderDataModule`` reads);
 - table: scikit-learn's breast-cancer table (569 rows, 30 numeric features, target ``diagnosis`` =
   benign/malignant), as a CSV file with a header (what ``CSVDataModule`` reads).
+- regression: scikit-learn's diabetes table (442 rows, 10 numeric features in their own units, target
+  ``progression``, a real number from 25 to 346), for ``configs/tasks/regression.yaml``;
+- tags: 8 numeric features and 3 yes/no columns (``tag_a``, ``tag_b``, ``tag_c``), each a noisy linear rule of
+  the features, for ``configs/tasks/multilabel.yaml``.
 The tests use the same functions with small sizes.
 """
 
@@ -57,6 +62,34 @@ def write_breast_cancer(path: str | Path, rows: int | None = None) -> Path:
     return path
 
 
+def write_diabetes(path: str | Path) -> Path:
+    from sklearn.datasets import load_diabetes
+
+    table = load_diabetes(scaled=False)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*table.feature_names, "progression"])
+        for x, y in zip(table.data, table.target, strict=True):
+            writer.writerow([*(f"{v:.6g}" for v in x), f"{y:g}"])
+    return path
+
+
+def write_tags(path: str | Path, rows: int = 600, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(rows, 8))
+    tags = (features @ rng.normal(size=(8, 3)) + rng.normal(0, 0.5, (rows, 3))) > 0
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*(f"x{i}" for i in range(8)), "tag_a", "tag_b", "tag_c"])
+        for x, t in zip(features, tags, strict=True):
+            writer.writerow([*(f"{v:.6g}" for v in x), *(int(v) for v in t)])
+    return path
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="folder to write images/ and table.csv into")
@@ -65,3 +98,5 @@ if __name__ == "__main__":
     args = parser.parse_args()
     print(f"Wrote {write_shapes(Path(args.out) / 'images', args.per_class, args.size)}/")
     print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
+    print(f"Wrote {write_diabetes(Path(args.out) / 'regression.csv')}")
+    print(f"Wrote {write_tags(Path(args.out) / 'tags.csv')}")

@@ -19,6 +19,8 @@ USER_DEFAULT = str(ROOT / "configs" / "default.yaml")  # what the user selected:
 DEBUG = str(ROOT / "configs" / "debug.yaml")
 IMAGES = str(ROOT / "tests" / "configs" / "images.yaml")  # over DIGITS, with --data.root=<image_folder>
 TABLE = str(ROOT / "tests" / "configs" / "table.yaml")  # over DIGITS, with --data.path=<table_csv>
+REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS, with --data.path=<regression_csv>
+MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
 
 # What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
@@ -87,6 +89,22 @@ def table_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from make_example_data import write_breast_cancer
 
     return write_breast_cancer(tmp_path_factory.mktemp("data") / "breast_cancer.csv")
+
+
+@pytest.fixture(scope="session")
+def regression_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scikit-learn's diabetes table as a CSV: 442 rows, 10 numeric features, a real-valued target progression."""
+    from make_example_data import write_diabetes
+
+    return write_diabetes(tmp_path_factory.mktemp("data") / "diabetes.csv")
+
+
+@pytest.fixture(scope="session")
+def tags_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 rows of 8 features and 3 yes/no tag columns (tag_a, tag_b, tag_c)."""
+    from make_example_data import write_tags
+
+    return write_tags(tmp_path_factory.mktemp("data") / "tags.csv")
 
 
 def scratch_dir() -> Path:

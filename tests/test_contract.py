@@ -1,6 +1,9 @@
-"""The contract suite: the template's key guarantees, run against the data and net that ``configs/default.yaml``
-selects ("default": after you swap in your own DataModule or net, these say whether it keeps them), and against
-the engine's two other fixtures, a generated image folder and a generated CSV table ("images", "table").
+"""The contract suite: the template's key guarantees, run against the task, data and net that
+``configs/default.yaml`` selects ("default": after you swap in your own task, DataModule or net, these say whether
+it keeps them), and against a generated fixture for each shipped task: classification of an image folder
+("images"), regression on a CSV table ("regression"), and the README's one-file custom task, multi-label
+classification ("multilabel"). Nothing here knows which task it runs: each test reads what the task and the
+DataModule declare.
 
 Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
 versions of each guarantee run on digits in the other test files.
@@ -8,33 +11,35 @@ versions of each guarantee run on digits in the other test files.
 
 import csv
 import json
-import math
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS, IMAGES, ROOT, TABLE, USER_DEFAULT, fit, run_module, scalars
+from conftest import DIGITS, IMAGES, MULTILABEL, REGRESSION, ROOT, USER_DEFAULT, fit, run_module, scalars
 from probes import Recorder
 
 from project.engine.cli import CLI, main
-from project.data import ClassificationDataModule
-from project.engine.datamodule import NORMALIZATION_SAMPLES
+from project.engine.datamodule import NORMALIZATION_SAMPLES, DataModule
 from project.engine.last_checkpoint import Interrupted
+from project.engine.task import Task
 
 pytestmark = pytest.mark.slow
-SUBJECTS = ("default", "images", "table")
+SUBJECTS = ("default", "images", "regression", "multilabel")
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
 
 
 @pytest.fixture(scope="module", params=SUBJECTS)
-def subject(request: pytest.FixtureRequest, image_folder: Path, table_csv: Path) -> tuple[str, ...]:
+def subject(
+    request: pytest.FixtureRequest, image_folder: Path, regression_csv: Path, tags_csv: Path
+) -> tuple[str, ...]:
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
     return {
         "default": ("--config", USER_DEFAULT),
         "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),
-        "table": ("--config", DIGITS, "--config", TABLE, f"--data.path={table_csv}"),
+        "regression": ("--config", DIGITS, "--config", REGRESSION, f"--data.path={regression_csv}"),
+        "multilabel": ("--config", DIGITS, "--config", MULTILABEL, f"--data.path={tags_csv}"),
     }[request.param]
 
 
@@ -66,16 +71,30 @@ def trained(subject: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) 
     return Path(cli.trainer.log_dir), cli
 
 
-def test_the_datamodule_declares_its_contract(subject: tuple[str, ...], tmp_path: Path) -> None:
-    dm = CLI(list(subject), run=False).datamodule
-    assert isinstance(dm, ClassificationDataModule)
-    names = dm.class_names
-    assert len(names) >= 2 and len(set(names)) == len(names) and all(isinstance(n, str) for n in names)
+def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str, ...], tmp_path: Path) -> None:
+    cli = CLI(list(subject), run=False)
+    task, dm = cli.model, cli.datamodule
+    assert isinstance(task, Task) and isinstance(dm, DataModule)
+    # The task says how it is judged, by a metric it logs, and learns from the targets the data serves.
+    assert task.monitor.startswith("val/") and task.mode in ("min", "max")
+    assert task.monitor == "val/loss" or task.monitor in task.val_metrics.keys()  # noqa: SIM118 (prefixed)
+    assert task.target_kind == dm.target_kind and dm.target_kind in ("classes", "values")
+    names = dm.target_names
+    assert len(names) >= 1 and len(set(names)) == len(names) and all(isinstance(n, str) for n in names)
+    assert task.target_names == names
     dm.setup("fit")
     x, y = dm.train_set[0]
-    assert x.shape == dm.input_shape and x.dtype == torch.float32 and y.dtype == torch.int64
-    inputs, labels = dm.split_tensors("val")
-    assert ((labels >= 0) & (labels < dm.num_classes)).all()
+    assert x.shape == dm.input_shape and x.dtype == torch.float32
+    inputs, targets = dm.split_tensors("val")
+    if dm.target_kind == "classes":  # int64 class indices, at least two classes
+        assert len(names) >= 2 and y.dtype == torch.int64 and y.shape == ()
+        assert targets.dtype == torch.int64 and ((targets >= 0) & (targets < len(names))).all()
+    else:  # one float32 value per name, never cast to an integer
+        assert y.dtype == torch.float32 and y.shape == (len(names),)
+        assert targets.dtype == torch.float32 and targets.shape == (len(inputs), len(names))
+    # The net has one output per target name.
+    with torch.no_grad():
+        assert task.eval()(dm.normalize(inputs[:3])).shape == (3, len(names))
     # The normalisation, if any, is the training split's own: normalised training inputs have mean 0 and std 1
     # per channel (feature), to float64 rounding of the sums (relative 1e-6 leaves room for float32 inputs).
     stats = dm.normalization
@@ -151,9 +170,9 @@ def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: P
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11, msg=f"gradient of step {step}")
 
 
-# Not on the table fixture: its rows are served as digits' are (an in-memory TensorDataset), whose DDP path the
-# default subject and test_ddp.py check, and a DDP launch costs ~20 s.
-@pytest.mark.parametrize("subject", ["default", "images"], indirect=True)
+# Not on the multi-label fixture: its task differs from the regressor's only in its loss and metrics (same data
+# path, same float targets), and a DDP launch costs ~20 s.
+@pytest.mark.parametrize("subject", ["default", "images", "regression"], indirect=True)
 def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
     common = ("--trainer.precision=64-true", "--trainer.max_steps=3", "--trainer.max_epochs=1",
               "--trainer.limit_val_batches=0", "--trainer.accelerator=cpu", "--data.num_workers=0",
@@ -175,25 +194,38 @@ def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...],
         torch.testing.assert_close(ranks[0]["final_state"][name], value, rtol=0, atol=1e-10, msg=name)
 
 
-def test_predict_equals_test_and_keeps_the_class_names(trained: tuple[Path, CLI]) -> None:
+def _outputs_by_hand(cli: CLI, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trained task's outputs on a whole split at once, in eval mode, as Lightning feeds it; and the targets."""
+    inputs, targets = cli.datamodule.split_tensors(split)
+    with torch.inference_mode():
+        return cli.model.eval()(cli.datamodule.normalize(inputs)), targets
+
+
+def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(trained: tuple[Path, CLI]) -> None:
     run, cli = trained
-    dm = cli.datamodule
+    task, dm = cli.model, cli.datamodule
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
     with open(run / "predictions.csv") as f:
-        rows = list(csv.DictReader(f))
-    _, labels = dm.split_tensors("test")
-    predicted = torch.tensor([int(r["predicted"]) for r in rows])
-    assert [r["label"] for r in rows] == [dm.class_names[i] for i in predicted]
-    assert list(rows[0])[-dm.num_classes :] == [f"prob_{name}" for name in dm.class_names]
-    (_, test_acc), *_ = scalars(run)["test/acc"]
-    assert (predicted == labels).float().mean().item() == pytest.approx(test_acc, abs=1e-6)
+        rows = list(csv.reader(f))
+    # One row per test sample, in order: the task's own columns for what the model outputs on that sample.
+    outputs, targets = _outputs_by_hand(cli, "test")
+    header, expected = task.prediction_table(task.prediction(outputs).float())
+    assert rows[0] == ["index", *header] and "label" not in rows[0]  # `label` would name a true label
+    assert [r[1:] for r in rows[1:]] == [[str(v) for v in row] for row in expected]
+    # The logged test scores are the task's metrics over exactly these outputs (the whole split, exact).
+    metrics = task.configure_metrics()
+    task.update_metrics(metrics, outputs, targets)
+    logged = scalars(run)
+    for name, value in metrics.compute().items():
+        (_, test_value), *_ = logged[f"test/{name}"]
+        assert float(value) == pytest.approx(test_value, rel=1e-5, abs=1e-6), name
     # The same inputs given as a file (raw units, as the DataModule decodes them) get the same predictions.
     inputs, _ = dm.split_tensors("test")
     np.save(run / "test_inputs.npy", inputs[:20].numpy())
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
           f"--data.predict_path={run / 'test_inputs.npy'}"])  # fmt: skip
     with open(run / "predictions.csv") as f:
-        assert [int(r["predicted"]) for r in csv.DictReader(f)] == predicted[:20].tolist()
+        assert list(csv.reader(f))[1:] == rows[1:21]
 
 
 def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI]) -> None:
@@ -202,30 +234,34 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     from project.engine.export import export
 
     run, cli = trained
-    dm = cli.datamodule
+    task, dm = cli.model, cli.datamodule
     metadata = export(run / "checkpoints" / "best.ckpt")
     assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
-    assert metadata["output"]["classes"] == dm.class_names
+    assert metadata["output"] == json.loads(json.dumps(task.output_description()))
     assert metadata["input"]["shape"] == ["batch", *dm.input_shape]
     assert metadata["input"]["normalization"] == dm.normalization
-    # Raw inputs in, the trained model's logits out (the normalisation is inside the exported model).
+    # Raw inputs in, the task's outputs out (the normalisation and the task's head are inside the exported model).
     inputs, _ = dm.split_tensors("test")
     session = onnxruntime.InferenceSession(str(run / "checkpoints" / "model.onnx"), providers=["CPUExecutionProvider"])
-    model = cli.model.eval()
+    outputs, _ = _outputs_by_hand(cli, "test")
     with torch.inference_mode():
-        expected = model(dm.normalize(inputs))
+        expected = task.output_head()(outputs)
     got = torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
-    # float32 end to end: ~1e-6 relative per op; 1e-4 absolute on logits of order 1-10 leaves a wide margin.
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
-    assert math.isclose(metadata["parity"]["onnx"]["argmax_agreement"], 1.0)
+    # float32 end to end: ~1e-7 relative per op; 1e-4 of the outputs' scale (their largest magnitude, at least 1)
+    # leaves a wide margin whatever the units (logits of order 1-10, or values of order 1e4).
+    scale = max(1.0, expected.abs().max().item())
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4 * scale)
 
 
-# On the default subject only (~15 s a kernel): the notebook's data-specific parts, show() and the class names,
-# are checked on every subject above.
-@pytest.mark.parametrize("subject", ["default"], indirect=True)
+# On the default subject and the regression fixture (~15 s a kernel): the notebook's two branches, classes and
+# values; its data-specific parts, show() and the target names, are checked on every subject above.
+@pytest.mark.parametrize("subject", ["default", "regression"], indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
-    from test_notebooks import _execute, _text
+    from test_notebooks import _execute, _images, _text
 
-    run, _ = trained
+    run, cli = trained
     notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(run)})
-    assert "test accuracy of best.ckpt" in _text(notebook)
+    judged = cli.model.monitor.replace("val/", "test/", 1)
+    (_, logged), *_ = scalars(run)[judged]
+    assert f"{judged} of best.ckpt: {logged:.4f} on" in _text(notebook)
+    assert _images(notebook) >= 3

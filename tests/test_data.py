@@ -6,7 +6,8 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from project.data import DigitsDataModule, UnpaddedDistributedSampler
+from project.data import DigitsDataModule
+from project.engine.datamodule import UnpaddedDistributedSampler
 
 
 def _datamodule(**kwargs: object) -> DigitsDataModule:

@@ -10,15 +10,15 @@ import pytest
 import torch
 from conftest import DEBUG, DIGITS, IMAGES, ROOT, fit, scalars
 
-from project.engine.cli import main
 from project.data import CSVDataModule, ImageFolderDataModule
+from project.engine.cli import main
 from project.engine.errors import ConfigError
 from project.nets import ResNet
 
 
 def test_image_folder_reads_classes_from_subfolders_and_decodes_like_predict(image_folder: Path) -> None:
     dm = ImageFolderDataModule(root=str(image_folder), image_size=(6, 10))
-    assert dm.class_names == ["circle", "square", "triangle"] and dm.input_shape == (3, 6, 10)
+    assert dm.target_names == ["circle", "square", "triangle"] and dm.input_shape == (3, 6, 10)
     dm.setup("fit")
     inputs, _ = dm.split_tensors("test")
     assert inputs.shape[1:] == (3, 6, 10) and inputs.min() >= 0 and inputs.max() <= 1
@@ -95,7 +95,7 @@ def test_a_corrupt_image_stops_the_run_naming_the_file(
 
 def test_a_table_keeps_its_class_names_and_standardises_from_the_train_split(table_csv: Path) -> None:
     dm = CSVDataModule(path=str(table_csv), target="diagnosis")
-    assert dm.class_names == ["benign", "malignant"] and dm.input_shape == (30,)
+    assert dm.target_names == ["benign", "malignant"] and dm.input_shape == (30,)
     dm.setup("fit")
     train, _ = dm.split_tensors("train")
     stats = dm.normalization
@@ -111,19 +111,28 @@ def test_integer_labels_sort_numerically_and_predict_reads_columns_by_name(tmp_p
     table = tmp_path / "t.csv"
     table.write_text("a,b,label\n" + "".join(f"{i},{-i},{[2, 10, 1][i % 3]}\n" for i in range(30)))
     dm = CSVDataModule(path=str(table), target="label")
-    assert dm.class_names == ["1", "2", "10"] and dm.labels[:3].tolist() == [1, 2, 0]
+    assert dm.target_names == ["1", "2", "10"] and dm.targets[:3].tolist() == [1, 2, 0]
     rows = tmp_path / "new.csv"
     rows.write_text("b,extra,a\n-5,x,5\n-7,y,7\n")  # another column order, an extra column, no label
     assert dm.load_predict_inputs(rows).tolist() == [[5.0, -5.0], [7.0, -7.0]]
 
 
 BAD_TABLES = {
-    "missing-target": ("a,b\n1,2\n3,4\n", {"target": "label"}, "data.target='label' is not a column"),
+    "missing-target": ("a,b\n1,2\n3,4\n", {"target": "label"}, "data.target='label': not column(s) of"),
     "not-a-number": ("a,b,label\n1,2,x\n3,oops,y\n", {"target": "label"}, "column 'b', row 3: 'oops' is not a number"),
     "nan": ("a,b,label\n1,2,x\n3,,y\n", {"target": "label"}, "column 'b', row 3 is missing or not finite"),
     "one-class": ("a,label\n1,x\n2,x\n", {"target": "label"}, "holds 1 class(es), at least 2 needed"),
     "ragged": ("a,b,label\n1,2,x\n3,y\n", {"target": "label"}, "row 3 has 2 values, the header 3"),
     "unknown-feature": ("a,b,label\n1,2,x\n3,4,y\n", {"target": "label", "features": ["c"]}, "['c'] cannot be"),
+    # A continuous target on the classification path: refused, naming the regression config (no 200-class run).
+    "real-valued": ("a,y\n1,0.5\n2,1.25\n3,2\n", {"target": "y"}, "holds real numbers (e.g. 0.5), not class labels"),
+    "many-integers": (
+        "a,y\n" + "".join(f"{i},{i * 7}\n" for i in range(100)),
+        {"target": "y"},
+        "holds 100 distinct integers in 100 rows",
+    ),
+    "class-with-two-targets": ("a,y,z\n1,x,u\n2,y,v\n", {"target": ["y", "z"]}, "classification takes one target"),
+    "value-not-a-number": ("a,y\n1,x\n2,y\n", {"target": "y", "target_type": "value"}, "column 'y', row 2: 'x'"),
 }
 
 
@@ -138,8 +147,8 @@ def test_a_bad_table_is_refused_naming_the_column_and_row(case: str, tmp_path: P
 
 @pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32), (3, 64, 48), (3, 224, 224)])
 def test_resnet_takes_any_image_size_with_the_same_weights(shape: tuple[int, int, int]) -> None:
-    net = ResNet(shape, num_classes=5, width=8)
-    small = ResNet((shape[0], 8, 8), num_classes=5, width=8)
+    net = ResNet(shape, num_outputs=5, width=8)
+    small = ResNet((shape[0], 8, 8), num_outputs=5, width=8)
     if max(shape[1:]) <= 64:  # the same layers (global average pooling): weights fit any size
         assert [p.shape for p in net.parameters()] == [p.shape for p in small.parameters()]
     assert net.eval()(torch.rand(2, *shape)).shape == (2, 5)

@@ -13,11 +13,11 @@ from conftest import DIGITS, fit, scalars
 from lightning.pytorch.plugins import MixedPrecision
 from probes import InfGradAt, Recorder
 
-from project.engine.cli import CLI
 from project.data import DigitsDataModule
-from project.engine.task import Classifier
-from project.nets import ConvNet
+from project.engine.cli import CLI
 from project.engine.schedule import planned_steps
+from project.nets import ConvNet
+from project.tasks import Classifier
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of tests/configs/digits.yaml
 
@@ -142,7 +142,7 @@ def _fp16_scaled_fit(clip: float | None, *extra: L.Callback) -> tuple[Recorder, 
     """5 steps of fp16 autocast with a GradScaler (on CPU, through an explicit plugin: Lightning's "16-mixed"
     flag turns into bf16 on CPU); returns the fp32 reference norm of the first step's gradient too."""
     L.seed_everything(0)
-    model = Classifier(ConvNet((1, 8, 8), 10, dropout=0.0), num_classes=10)
+    model = Classifier(net=ConvNet((1, 8, 8), 10, dropout=0.0), target_names=[str(d) for d in range(10)])
     dm = DigitsDataModule(batch_size=64)
     dm.setup("fit")
     x, y = next(iter(dm.train_dataloader()))

@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
 
-from project.engine.dashboard import LAYOUT
+from project.tasks import Classifier
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -131,7 +131,10 @@ def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_
         # The Custom Scalars tab: every chart of the layout, each showing at least one curve of this run.
         layout = get("/data/plugin/custom_scalars/layout")
         charts = {c["title"]: c["multiline"]["tag"] for group in layout["category"] for c in group["chart"]}  # type: ignore[index]
-        assert set(charts) == {title for group in LAYOUT.values() for title in group}
+        task = Classifier(net=torch.nn.Identity(), target_names=["a", "b"])
+        expected_charts = {title for group in dashboard.layout(task).values() for title in group}
+        assert set(charts) == expected_charts and "acc" in charts  # the task's metric has its chart
+        assert charts["acc"] == [r"^(train|val)/acc$"]
         shown = {title: {t for t in served if any(re.search(r, t) for r in tags)} for title, tags in charts.items()}
         assert all(shown.values()), shown
         assert shown["loss (train and val)"] == {"train/loss", "val/loss"}  # on one chart

@@ -162,6 +162,8 @@ def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
 @pytest.mark.slow
 def test_make_runs_does_not_import_the_training_stack(logs: Path) -> None:
     # What keeps it quick (a fraction of a second, against ~4 s for importing Lightning): no torch at all.
-    code = "import sys; from project.engine.runs import main; main(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
+    code = (
+        "import sys; from project.engine.runs import main; main(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(logs)], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False") and "digits/version_0" in out

@@ -48,8 +48,8 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
 
 
 def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
-    """``python -m project.engine.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it whole on
-    timeout)."""
+    """``python -m project.engine.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it
+    whole on timeout)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port())}  # fmt: skip
     return subprocess.Popen(
@@ -132,8 +132,8 @@ def test_each_trial_is_a_normal_run_in_its_own_directory(killed_and_continued: d
     for trial in trials:
         run_dir = sweep_dir / f"trial_{trial.number}"
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
-        assert config["model"]["lr"] == trial.params["model.lr"]
-        assert config["model"]["net"]["init_args"]["dropout"] == pytest.approx(
+        assert config["model"]["init_args"]["lr"] == trial.params["model.lr"]
+        assert config["model"]["init_args"]["net"]["init_args"]["dropout"] == pytest.approx(
             trial.params["model.net.init_args.dropout"]
         )
         assert list(run_dir.glob("events.out.tfevents.*"))

@@ -2,10 +2,10 @@
 
 Every YAML key is a constructor argument of the Trainer, of the task that ``model.class_path`` names (any
 ``project.engine.task.Task``: ``project.tasks.Classifier``, ``Regressor``, yours) or of the DataModule that
-``data.class_path`` names (any ``project.engine.datamodule.DataModule``), type-checked by jsonargparse. On top of LightningCLI, for
-every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a resumable checkpoint, ``fit --ckpt_path
-<run>/checkpoints/last.ckpt`` continues that run in its own directory, a checkpoint is read with
-``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
+``data.class_path`` names (any ``project.engine.datamodule.DataModule``), type-checked by jsonargparse. On top
+of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTERM save a resumable checkpoint,
+``fit --ckpt_path <run>/checkpoints/last.ckpt`` continues that run in its own directory, a checkpoint is read
+with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
 """
 
 import importlib
@@ -246,8 +246,7 @@ class CLI(LightningCLI):
         config = self.config.fit
         params = {
             **flatten(config.model.as_dict(), "model"),
-            "data.class_path": config.data.class_path,
-            **flatten(config.data.init_args.as_dict(), "data"),
+            **flatten(config.data.as_dict(), "data"),
             **{f"trainer.{k}": config.trainer[k] for k in _TRAINER_HPARAMS},
             "seed_everything": config.seed_everything,
         }

@@ -10,7 +10,8 @@ The contract a subclass declares, which everything downstream reads (the net's s
   ``target_names`` one name per class in index order. ``"values"``: each target is a float32 vector of real
   values, ``target_names`` one name per value (e.g. the CSV columns). The net has one output per name;
 - ``input_shape``: one sample's shape, e.g. (C, H, W) or (features,); samples are float32 tensors of that shape;
-- ``load_dataset()``: every sample with its target (split here by ``split_seed``), or ``load_splits()`` for your own split;
+- ``load_dataset()``: every sample with its target (split here by ``split_seed``), or ``load_splits()`` for your
+  own split;
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
 - ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
 

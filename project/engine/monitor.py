@@ -103,6 +103,8 @@ class TrainingMonitor(L.Callback):
         if not sys.stdout.isatty():
             metrics = trainer.callback_metrics
             judged = getattr(pl_module, "monitor", "val/loss")
-            shown = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in dict.fromkeys(("val/loss", judged)) if k in metrics)
+            shown = "  ".join(
+                f"{k}={float(metrics[k]):.4f}" for k in dict.fromkeys(("val/loss", judged)) if k in metrics
+            )
             took = time.perf_counter() - self._epoch_start
             rank_zero_info(f"epoch {trainer.current_epoch}: {shown}  ({took:.1f} s)")

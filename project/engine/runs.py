@@ -70,10 +70,13 @@ _NOT_HYPERPARAMETERS = ("trainer.logger", "trainer.callbacks", "ckpt_path", "tra
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1} (tuples as lists)."""
+    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1} (tuples as lists). The ``init_args`` of the task and the DataModule
+    are left out of the keys, as the command line spells them: ``model.lr``, ``data.batch_size``."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}.{key}" if prefix else str(key)
+        if name in ("model.init_args", "data.init_args"):
+            name = prefix
         if isinstance(value, dict):
             flat.update(flatten(value, name))
         else:
@@ -123,7 +126,8 @@ def process_alive(pid: int | None, host: str | None = None) -> bool:
 def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     """One row of `make runs`: what provenance.json says about the run (or what little config.yaml says)."""
     row: dict[str, Any] = {"run": str(run_dir.relative_to(logs)), "status": "?", "started": "", "seconds": None,
-                           "epochs": "", "steps": "", "metric": "", "best": None, "test": None, "commit": ""}  # fmt: skip
+                           "epochs": "", "steps": "", "metric": "", "best": None, "test": None,
+                           "commit": ""}  # fmt: skip
     path = run_dir / "provenance.json"
     if not path.is_file():
         config = run_dir / "config.yaml"
@@ -141,7 +145,7 @@ def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     if len(segments) > 1:
         status += f" (resumed {len(segments) - 1}x)"
     spent = [_seconds(s["started"], s.get("ended")) for s in segments]
-    scored = next((s for s in reversed(segments) if s.get("scores")), {})
+    scored: dict[str, Any] = next((s for s in reversed(segments) if s.get("scores")), {})
     scores: dict[str, float] = scored.get("scores", {})
     metric = (scored.get("judged_by") or {}).get("metric", "")
     git = last.get("git") or {}
@@ -193,7 +197,9 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m project.engine.runs", description="The table of every run under logs/.")
+    parser = argparse.ArgumentParser(
+        prog="python -m project.engine.runs", description="The table of every run under logs/."
+    )
     parser.add_argument("--logs", default="logs", help="the directory of runs (default: logs)")
     parser.add_argument("--name", default=None, help="only the runs of this experiment (logs/<name>/...)")
     args = parser.parse_args(argv)

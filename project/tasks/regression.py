@@ -92,5 +92,3 @@ class Regressor(Task):
         return {"name": "values", "shape": ["batch", len(self.target_names)], "targets": self.target_names,
                 "units": "the targets' own units (the standardisation is inside the model)",
                 "target_mean": self.targets.mean.tolist(), "target_std": self.targets.std.tolist()}  # fmt: skip
-
-

@@ -38,8 +38,8 @@ class Sweep:
         configs: list[str] = ["configs/default.yaml"],  # noqa: B006 (jsonargparse reads defaults, never mutates)
         args: list[str] = [],  # noqa: B006
         name: str | None = None,
-        metric: str = "val/acc",
-        direction: Literal["maximize", "minimize"] = "maximize",
+        metric: str | None = None,
+        direction: Literal["maximize", "minimize"] | None = None,
         trials: PositiveInt = 20,
         seed: int = 0,
         sampler: optuna.samplers.BaseSampler | None = None,
@@ -52,8 +52,10 @@ class Sweep:
             configs: the configs every trial trains with (``--config`` each, in order).
             args: further ``--key=value`` flags for every trial (e.g. a shorter ``--trainer.max_epochs``).
             name: the sweep's directory, ``<logger save_dir>/sweeps/<name>`` (default: this file's name).
-            metric: what a trial reports at every validation and the study optimises: its best value in the run.
-            direction: maximize or minimize ``metric``.
+            metric: what a trial reports at every validation and the study optimises: its best value in the run
+                (default: the metric the configs' task is judged by, e.g. val/acc, val/rmse).
+            direction: maximize or minimize ``metric`` (default: the task's direction for its own metric; give it
+                when ``metric`` names another).
             trials: how many trials to finish (completed or pruned; failed ones are not counted).
             seed: the sampler's seed (worker ``i`` uses ``seed + i``, so parallel workers propose different values).
             sampler: an ``optuna.samplers`` class (default: TPESampler with ``seed``).
@@ -145,8 +147,9 @@ def shown(value: Any) -> str:
 
 def check_against_cli(spec: Namespace) -> Namespace:
     """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
-    CLI would, building nothing. Returns the base config (no searched value applied). ``ConfigError`` if a
-    config cannot be read or a key/value is refused, naming it."""
+    CLI would, building nothing. Returns the base config (no searched value applied), and fills in the sweep's
+    ``metric``/``direction`` from the task when the file leaves them out. ``ConfigError`` if a config cannot be read
+    or a key/value is refused, naming it."""
     from project.engine.cli import CLI
 
     class ParseOnly(CLI):
@@ -191,10 +194,21 @@ def check_against_cli(spec: Namespace) -> Namespace:
             except Exception as err:
                 raise ConfigError(
                     f"params.{key}: the CLI refuses --{key}={value!r}: {_first_line(err)} (a searched key is any "
-                    "config key, e.g. model.lr, data.batch_size, model.net.init_args.dropout)."
+                    "config key, e.g. model.init_args.lr, data.init_args.batch_size)."
                 ) from None
         shown = " ".join(flag(k, v) for k, v in chosen.items())
         raise ConfigError(f"params: each value parses alone, but together the CLI refuses them: {shown}.")
+    task: Any = _class(cli.config.model.class_path)
+    if spec.metric is None:
+        spec.metric = task.monitor
+        spec.direction = spec.direction or ("maximize" if task.mode == "max" else "minimize")
+    elif spec.direction is None:
+        if spec.metric != task.monitor:
+            raise ConfigError(
+                f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({task.monitor}): give its "
+                "direction (maximize or minimize) in the sweep file."
+            )
+        spec.direction = "maximize" if task.mode == "max" else "minimize"
     logger = cli.config.trainer.logger
     init_args = getattr(logger, "init_args", None) or {}
     if not all(k in init_args for k in ("save_dir", "name", "version")):
