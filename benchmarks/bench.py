@@ -71,10 +71,14 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> No
     DataModule's splits as tensors and its normalisation (its contract), the net's class and arguments, and the
     recipe's hyperparameters. Saved as plain data and tensors, so the loop loads it without Lightning."""
     cli = _cli(config, workload, epochs)
-    dm, model, trainer = cli.datamodule, cli.config.model, cli.config.trainer
+    dm, model, trainer = cli.datamodule, cli.config.model.init_args, cli.config.trainer
     dm.setup("fit")
-    net_args = {**model.net.init_args.as_dict(), "input_shape": list(dm.input_shape), "num_classes": dm.num_classes}
+    task = type(cli.model).__name__
+    if task not in RECIPES:
+        raise SystemExit(f"error: the hand-written loop knows the tasks {sorted(RECIPES)}, not {task}.")
+    net_args = {**model.net.init_args.as_dict(), "input_shape": list(dm.input_shape), "num_outputs": dm.num_outputs}
     spec = {
+        "task": task, "monitor": cli.model.monitor,
         "train": dm.split_tensors("train"), "val": dm.split_tensors("val"), "normalization": dm.normalization,
         "net": {"class_path": model.net.class_path, "init_args": net_args},
         "lr": model.lr, "min_lr": model.min_lr, "warmup": model.warmup, "weight_decay": model.weight_decay,
@@ -86,7 +90,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> No
 
 
 def run_reference(spec_path: str | Path, workload: str = "default", t0: float | None = None) -> dict:
-    """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule."""
+    """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule; the task's
+    loss and metric are written out by hand (``RECIPES``)."""
     imported = time.time()
     import importlib
 
@@ -105,6 +110,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, generator=torch.Generator(),
                         drop_last=spec["drop_last"])  # fmt: skip
     val_x, val_y = spec["val"][0].to(device), spec["val"][1].to(device)
+    loss_of, score_of = RECIPES[spec["task"]](spec["train"][1].to(device))
     stats = spec["normalization"]  # applied on the device, as the DataModule's on_after_batch_transfer does
     view = (-1,) + (1,) * (val_x.ndim - 2)
     mean, std = torch.zeros((), device=device), torch.ones((), device=device)
@@ -133,7 +139,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             if "first_batch" not in marks:
                 marks["first_batch"] = time.time()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = F.cross_entropy(net((x - mean) / std if stats else x), y)
+            loss = loss_of(net((x - mean) / std if stats else x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if spec["clip"]:
@@ -148,13 +154,34 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         with torch.no_grad():  # the whole val split, in batches as the DataModule serves it
             chunks = range(0, len(val_y), batch_size)
             inputs = (val_x - mean) / std if stats else val_x
-            correct = sum(
-                (net(inputs[i : i + batch_size]).argmax(-1) == val_y[i : i + batch_size]).sum() for i in chunks
-            )
-        val_acc = (correct / len(val_y)).item()  # once per epoch
+            outputs = torch.cat([net(inputs[i : i + batch_size]) for i in chunks])
+        val_metric = score_of(outputs, val_y).item()  # once per epoch
         marks["val"].append(time.time() - val_start)
     marks["end"] = time.time()
-    return _result("reference", workload, batch_size, len(loader), marks, val_acc)
+    return _result("reference", workload, batch_size, len(loader), marks, val_metric)
+
+
+def _classifier(train_targets: torch.Tensor) -> tuple[Any, Any]:
+    """project.tasks.Classifier by hand: cross-entropy; accuracy."""
+    return F.cross_entropy, lambda outputs, y: (outputs.argmax(-1) == y).float().mean()
+
+
+def _regressor(train_targets: torch.Tensor) -> tuple[Any, Any]:
+    """project.tasks.Regressor by hand: MSE on targets standardised by the training split; RMSE in their units."""
+    y = train_targets.double().reshape(len(train_targets), -1)
+    mean, std = y.mean(0).float(), y.std(0, correction=0).clamp_min(1e-12).float()
+
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(outputs, (targets.reshape(outputs.shape) - mean) / std)
+
+    def rmse(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return ((outputs * std + mean - targets.reshape(outputs.shape)) ** 2).mean().sqrt()
+
+    return loss, rmse
+
+
+# The tasks the hand-written loop can replay: (loss(outputs, targets), the judged metric(outputs, targets)).
+RECIPES = {"Classifier": _classifier, "Regressor": _regressor}
 
 
 def run_template(
@@ -208,13 +235,13 @@ def run_template(
     io.save_checkpoint = timed_save  # type: ignore[method-assign]
     cli.trainer.callbacks.append(Clock())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    val_acc = float(cli.trainer.callback_metrics["val/acc"])
+    val_metric = float(cli.trainer.callback_metrics[cli.model.monitor])
     steps = int(cli.trainer.num_training_batches)
     batch_size = cli.datamodule.hparams["batch_size"]
-    return _result("template", workload, batch_size, steps, marks, val_acc)
+    return _result("template", workload, batch_size, steps, marks, val_metric)
 
 
-def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: dict, val_acc: float) -> dict:
+def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: dict, val_metric: float) -> dict:
     starts, train_ends = marks["epoch_start"], marks["train_end"]
     # Steady state: an epoch's training part, first step to last, after the first epoch (warm-up).
     per_step = [1e3 * (e - s) / steps_per_epoch for s, e in zip(starts[1:], train_ends[1:], strict=True)]
@@ -242,7 +269,7 @@ def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, mar
         "saves": marks.get("saves", []),
         "samples_per_sec": batch_size * 1e3 / statistics.median(per_step),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "val_acc": val_acc,
+        "val_metric": val_metric,
         "startup_s": startup,
         "time_to_first_step_s": None if t0 is None else marks["first_batch"] - t0,
         "whole_run_s": None if t0 is None else marks["end"] - t0,
@@ -292,7 +319,7 @@ def _summarise(rs: list[dict]) -> dict[str, Any]:
         "startup": startup,
         "samples_per_sec": statistics.median(r["samples_per_sec"] for r in rs),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
-        "val_acc": [round(r["val_acc"], 6) for r in rs],
+        "val_metric": [round(r["val_metric"], 6) for r in rs],
     }
 
 
@@ -392,7 +419,7 @@ def main() -> None:
                 f"  {kind:9}  step {_mmm(r['step_ms'], 2)} ms   per epoch {_mmm(r['epoch_fixed_ms'], 1)} ms "
                 f"(val {r['val_ms']:.1f})   first step {r['first_step_s']['median']:.2f} s (imports "
                 f"{up['imports']:.2f}, CLI/config {up['cli_config']:.2f}, setup {up['setup']:.2f}, first batch "
-                f"{up['first_batch']:.3f})   whole run {_mmm(r['whole_run_s'], 2)} s   val acc {r['val_acc']}"
+                f"{up['first_batch']:.3f})   whole run {_mmm(r['whole_run_s'], 2)} s   val metric {r['val_metric']}"
             )
         saves = tpl["saves"]
         save_text = "no checkpoint saves"

@@ -54,6 +54,10 @@ class Recorder(L.Callback):
             seen = seen[size:]
         return out
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.dataset is not None:  # what setup read (e.g. a task's statistics of the targets) is no batch
+            self.dataset.seen.clear()
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
         self.batch_sizes.append(len(batch[1]))
         self.modes.append(("train", pl_module.training, torch.is_grad_enabled(), False))

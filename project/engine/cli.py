@@ -141,8 +141,8 @@ class CLI(LightningCLI):
         save_dir = str(run_dir.parent.parent)
         # ModelCheckpoint keeps its record of the best checkpoint only if its directory is spelled as before
         # (a relative "logs/..." stays relative); otherwise it would save best-v1.ckpt beside best.ckpt.
-        for name, state in (checkpoint.get("callbacks") or {}).items():
-            dirpath = state.get("dirpath") if name.startswith("ModelCheckpoint") else None
+        for state in (checkpoint.get("callbacks") or {}).values():  # a ModelCheckpoint's (or subclass's) state
+            dirpath = state.get("dirpath") if isinstance(state, dict) else None
             if dirpath and Path(dirpath).resolve() == run_dir / "checkpoints":
                 save_dir = str(Path(dirpath).parent.parent.parent)
         logger.init_args.save_dir = save_dir

@@ -216,6 +216,17 @@ class DataModule(L.LightningDataModule):
         xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)  # type: ignore[arg-type]
         return torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])
 
+    def split_targets(self, split: str) -> Tensor:
+        """A whole split's targets alone, stacked in their own dtype (a task's statistics of them), without decoding
+        the inputs when the split is a subset of in-memory tensors."""
+        if self.train_set is None:
+            self.setup("fit")
+        dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[split]
+        assert dataset is not None
+        if isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
+            return dataset.dataset.tensors[1][list(dataset.indices)]
+        return torch.stack([torch.as_tensor(dataset[i][1]) for i in range(len(dataset))])  # type: ignore[arg-type]
+
     @property
     def normalization(self) -> dict[str, list[float]] | None:
         """{"mean": [...], "std": [...]} per channel (feature), from the training split; None without ``normalize``.
@@ -237,7 +248,10 @@ class DataModule(L.LightningDataModule):
             torch.zeros(channels, dtype=torch.float64),
             0,
         )
-        for x, _ in DataLoader(subset, batch_size=256, num_workers=self._workers()):
+        # A generator of its own: an iterator over a loader without one draws its worker seed from the global
+        # RNG, which would shift every later dropout mask of the run depending on whether inputs are normalised.
+        loader = DataLoader(subset, batch_size=256, num_workers=self._workers(), generator=torch.Generator())
+        for x, _ in loader:
             x = x.double().transpose(0, 1).flatten(1)  # (channel or feature, everything else)
             total, total_sq, count = total + x.sum(1), total_sq + (x * x).sum(1), count + x.shape[1]
         mean = total / count

@@ -58,8 +58,8 @@ class Regressor(Task):
         # checkpoint then restores the same values.
         datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
         if stage == "fit" and datamodule is not None:
-            _, y = datamodule.split_tensors("train")
-            y = y.double().reshape(len(y), -1)
+            y = datamodule.split_targets("train").double()
+            y = y.reshape(len(y), -1)
             self.targets.mean.copy_(y.mean(0))
             self.targets.std.copy_(y.std(0, correction=0).clamp_min(1e-12))
 
