@@ -167,7 +167,8 @@ class Task(L.LightningModule):
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         # Here rather than in training_step, so it holds whatever a task's training_step computes.
-        super().backward(loss * self._tail_window_correction(), *args, **kwargs)
+        correction = self._tail_window_correction()
+        super().backward(loss * correction if correction != 1.0 else loss, *args, **kwargs)
 
     def _tail_window_correction(self) -> float:
         """Lightning divides every micro-batch loss by ``accumulate_grad_batches`` (k), also in an epoch's last

@@ -6,7 +6,7 @@ the trial as a normal ``python -m project fit`` in its own process (a crash, an 
 that run, not the worker) and tells the study how it ended, read from what the trial reported.
 
 Storage is a journal file in the sweep's directory (append-only, safe with several processes; Optuna's own advice
-for one machine, faster than SQLite and without its start-up race; ../shared/HPO_NOTES.md), or a URL from the
+for one machine, faster than SQLite and without its start-up race), or a URL from the
 sweep file for workers on several machines.
 """
 
