@@ -71,6 +71,15 @@ def test_a_dirty_tree_gives_a_patch_that_git_apply_reproduces(tmp_path: Path) ->
     assert not (copy / "run.log").exists()
 
 
+def test_the_recorded_checkout_is_the_repository_root() -> None:
+    # The patch of a dirty tree is taken from here (git diff and untracked files relative to it): a subfolder would
+    # miss untracked files outside it (a config of yours) and write paths git apply puts in the wrong place.
+    from project.engine.provenance import PROJECT_ROOT
+
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
+    assert PROJECT_ROOT == ROOT and (top.returncode != 0 or Path(top.stdout.strip()) == ROOT)
+
+
 def test_outside_a_git_checkout_the_record_says_so(tmp_path: Path) -> None:
     state = git_state(tmp_path, tmp_path / "x.patch")
     assert state["commit"] is None and "not a git checkout" in state["note"]

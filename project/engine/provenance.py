@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from project.engine.last_checkpoint import Interrupted
 from project.engine.runs import flatten
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout whose code ran (not the working directory)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
 UNTRACKED_MAX_BYTES = 1_000_000  # larger untracked files are listed in the record, not copied into the patch
 
 
