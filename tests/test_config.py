@@ -146,8 +146,9 @@ def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_pat
 
 BAD_INPUTS = [
     # (extra CLI args, text the error must contain)
-    (["--model.lr=abc"], "Got value: abc"),
-    (["--model.lrr=0.1"], "Option 'lrr' is not accepted"),
+    (["--model.lr=abc"], "error: model.lr: Expected a <class 'float'>. Got value: abc"),
+    (["--model.lrr=0.1"], "error: model.lrr: Option 'lrr' is not accepted"),
+    (["--model.net.init_args.dropout=x"], "error: model.net.init_args.dropout: Expected a <class 'float'>"),
     (["--model.lr=0"], "model.lr=0.0"),
     (["--model.min_lr=1.0"], "model.min_lr=1.0"),
     (["--model.warmup=1.5"], "model.warmup=1.5"),

@@ -9,11 +9,12 @@ with ``weights_only=True`` and must agree with the config, and ``fit`` ends by t
 """
 
 import importlib
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import lightning as L
 import torch
@@ -70,6 +71,33 @@ def _written_at_start(name: str) -> bool:
     return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name == "provenance.json"
 
 
+class _Parser(LightningArgumentParser):
+    """jsonargparse's parser, with its error for a bad key of a task or DataModule (classes chosen by class_path)
+    shortened from the union's every alternative to the key and its own complaint."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        super().error(condensed(message), ex)
+
+
+def condensed(message: str) -> str:
+    """'Parser key "model": Does not validate against any of the Union subtypes ... Parser key "lr": Expected a
+    <class 'float'>. Got value: abc ...' -> 'model.lr: Expected a <class 'float'>. Got value: abc'."""
+    if "Does not validate against any of the Union subtypes" not in message:
+        return message
+    keys, reason = [], ""
+    for line in message.splitlines():
+        text = line.strip()
+        if key := re.fullmatch(r'(?:error: )?Parser key "([^"]+)":', text):
+            keys.append(key.group(1))
+        elif text.startswith("- Expected a <class 'NoneType'>"):
+            break
+        elif text and not text.startswith(("Does not validate", "Subtypes:", "Errors:", "- Problem with given")):
+            reason = text
+    given = re.search(r"Given value: NestedArg\(key='([^']+)'", message)  # the key as the command line spelled it
+    name = f"{keys[0]}.{given.group(1)}" if given and keys else ".".join(keys)
+    return f"{name}: {reason}" if name and reason else message
+
+
 class CLI(LightningCLI):
     """``LightningCLI`` for the config's task and DataModule; ``args=None`` reads ``sys.argv``."""
 
@@ -82,6 +110,7 @@ class CLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=SaveConfig,
             auto_configure_optimizers=False,
+            parser_class=_Parser,
             args=args,
             run=run,
         )
