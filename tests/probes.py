@@ -1,5 +1,6 @@
 """Instruments for the mechanics tests, added to a real run with ``--trainer.callbacks+=probes.Recorder``."""
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -7,6 +8,7 @@ import lightning as L
 import torch
 from torch.utils.data import Dataset
 
+from project.engine.last_checkpoint import LastCheckpoint
 from project.tasks import Classifier
 
 
@@ -236,3 +238,19 @@ class OwnTrainingStep(Classifier):
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
         return torch.nn.functional.cross_entropy(self.net(x), y)
+
+
+class Hold(L.Callback):
+    """Holds training as epoch ``epoch`` starts until the file ``release`` exists or the run was told to stop
+    (Ctrl-C/SIGTERM, as ``LastCheckpoint`` records it): a test that interrupts a run then knows it is mid-run,
+    whatever the machine's speed, and waits for that state rather than for time."""
+
+    def __init__(self, release: str, epoch: int = 1) -> None:
+        self.release, self.epoch = Path(release), epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        stopper = next((cb for cb in trainer.callbacks if isinstance(cb, LastCheckpoint)), None)  # type: ignore[attr-defined]
+        while not self.release.exists() and (stopper is None or stopper.signum is None):
+            time.sleep(0.05)

@@ -50,8 +50,14 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
 def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
     """``python -m project.engine.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it
     whole on timeout)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "PYTHONPATH": str(ROOT / "tests"),
+    }  # fmt: skip (probes importable)
     return subprocess.Popen(
         [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
         cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -71,10 +77,14 @@ def load(sweep_dir: Path, name: str) -> optuna.Study:
 
 @pytest.fixture(scope="module")
 def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A 2-worker sweep; one worker is SIGKILLed while its trial is between two validations; then the same
-    command again, which must finish the study."""
+    """A 2-worker sweep; one worker is SIGKILLed while its trial is between two validations (every trial of this
+    first command holds there until released, so the kill cannot come too late); then the same command again,
+    which must finish the study."""
     base = tmp_path_factory.mktemp("sweep")
+    hold = ["--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={base / 'release'}"]
     spec = write_spec(base / "search.yaml", base / "logs")
+    spec_args = yaml.safe_load(spec.read_text())["args"]
+    spec = write_spec(base / "search.yaml", base / "logs", args=[*spec_args, *hold])
     sweep_dir = base / "logs" / "sweeps" / "search"
     first = sweep(spec, "--workers", "2")
     victim = None
@@ -87,6 +97,7 @@ def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
         victim = next((t for t in running if t.intermediate_values and t.number >= 1), None)
     assert victim is not None, "no trial was seen running between two validations"
     os.kill(victim.user_attrs["pid"], signal.SIGKILL)
+    (base / "release").touch()  # the other worker's trials go on
     first_code, first_out = finish(first)
     left = load(sweep_dir, "search").get_trials()
     second_code, second_out = finish(sweep(spec, "--workers", "2"))
@@ -207,9 +218,10 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
-    # Trials of 50 epochs: the Ctrl-C lands while trial 0 trains, whatever the machine's speed.
-    args = [f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}", "--trainer.max_epochs=50",
-            "--model.net=project.nets.MLP", "--trainer.enable_progress_bar=false"]  # fmt: skip
+    # Trial 0 holds between its first two epochs until it is told to stop: the Ctrl-C lands mid-trial.
+    args = [f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}", "--trainer.max_epochs=4",
+            "--model.net=project.nets.MLP", "--trainer.enable_progress_bar=false", "--trainer.callbacks+=probes.Hold",
+            f"--trainer.callbacks.release={tmp_path / 'never'}"]  # fmt: skip
     spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", trials=2, args=args)
     proc = sweep(spec)
     sweep_dir = tmp_path / "logs" / "sweeps" / "s"
