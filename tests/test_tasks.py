@@ -131,3 +131,18 @@ def test_the_custom_task_is_one_short_file_shown_verbatim_in_the_readme() -> Non
     assert len(source.splitlines()) <= 60
     body = source.split('"""', 2)[2].lstrip("\n")  # the file without its docstring
     assert f"```python\n{body}```" in (ROOT / "README.md").read_text(), "README's custom task differs from the file"
+
+
+@pytest.mark.parametrize("kind", ["mse", "huber"])
+def test_the_regressors_loss_is_its_closed_form_on_standardised_targets(kind: str) -> None:
+    from project.tasks import Regressor
+
+    task = Regressor(net=torch.nn.Identity(), target_names=["a", "b"], loss=kind, huber_delta=1.0)
+    task.targets.mean.copy_(torch.tensor([100.0, -3.0]))
+    task.targets.std.copy_(torch.tensor([10.0, 0.5]))
+    targets = torch.tensor([[110.0, -3.0], [100.0, -1.0]])  # standardised: [[1, 0], [0, 4]]
+    outputs = torch.tensor([[0.5, 0.0], [0.0, 0.0]])  # errors in z: [[-0.5, 0], [0, -4]]
+    # MSE: mean over targets of e^2; Huber (delta 1): e^2 / 2 within 1, |e| - 1/2 beyond.
+    expected = {"mse": [(0.25 + 0) / 2, (0 + 16) / 2], "huber": [(0.125 + 0) / 2, (0 + 3.5) / 2]}[kind]
+    torch.testing.assert_close(task.loss(outputs, targets), torch.tensor(expected))
+    assert task.prediction(outputs).tolist() == [[105.0, -3.0], [100.0, -3.0]]  # back in the targets' units
