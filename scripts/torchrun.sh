@@ -6,7 +6,8 @@
 # N machines: run on every node, the same line, with NNODES, NODE_RANK (0..NNODES-1) and MASTER_ADDR (node 0):
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 scripts/torchrun.sh --config configs/default.yaml
 #   NNODES=2 NODE_RANK=1 MASTER_ADDR=10.0.0.1 scripts/torchrun.sh --config configs/default.yaml
-# Extra arguments go to `python -m project fit`. data.batch_size stays per process.
+# Extra arguments go to `python -m project fit`, before the DDP flags, so that a --config among them cannot reset
+# the strategy, node count or devices (a config's later keys win). data.batch_size stays per process.
 set -euo pipefail
 NNODES=${NNODES:-1}
 NODE_RANK=${NODE_RANK:-0}
@@ -15,4 +16,4 @@ MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 MASTER_PORT=${MASTER_PORT:-29500}
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \
     --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" \
-    -m project fit --trainer.strategy=ddp --trainer.num_nodes="$NNODES" --trainer.devices="$NPROC_PER_NODE" "$@"
+    -m project fit "$@" --trainer.strategy=ddp --trainer.num_nodes="$NNODES" --trainer.devices="$NPROC_PER_NODE"

@@ -252,13 +252,16 @@ def _assert_matches_single_process(records: Path, runs: dict) -> None:
 
 @pytest.mark.slow
 def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path: Path) -> None:
-    fit_args = ["fit", "--config", DIGITS, "--data.batch_size=16", *COMMON, "--trainer.strategy=ddp",
-                "--trainer.num_nodes=2", "--trainer.devices=1", f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
+    # The README's command: scripts/torchrun.sh on every "node", the same line, the run's configs after it. Two
+    # torchrun agents meet through a c10d rendezvous on loopback (node ranks assigned by it).
+    fit_args = ["--config", DIGITS, "--data.batch_size=16", *COMMON,
+                f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
                 f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
-    # Two torchrun agents, one per "node", meeting through a c10d rendezvous on loopback (node ranks assigned by it).
-    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nnodes=2", "--nproc-per-node=1",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]  # fmt: skip
-    _two_launches([{}, {}], [*torchrun, "-m", "project", *fit_args], tmp_path / "out")
+    script = ["bash", str(ROOT / "scripts" / "torchrun.sh"), *fit_args]
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the script's python, torchrun
+    node = {"NNODES": "2", "NPROC_PER_NODE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+            "PATH": path}  # fmt: skip
+    _two_launches([{**node, "NODE_RANK": "0"}, {**node, "NODE_RANK": "1"}], script, tmp_path / "out")
     _assert_matches_single_process(tmp_path / "records", runs)
     assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == ["version_0"]  # one run directory
 
