@@ -75,3 +75,30 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     for tag in ("train/loss", "lr-AdamW/pg1", "lr-AdamW/pg2", "val/loss", "val/acc"):
         assert b[tag] == a[tag], f"{tag} differs ({case})"  # same steps, no duplicates, bitwise equal values
     assert [s for s, _ in a["train/loss"]] == list(range(EPOCHS * BATCHES))
+
+
+@pytest.mark.slow
+def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from probes import Recorder
+
+    from project.engine.schedule import resolve_warmup_steps, warmup_cosine_lr
+
+    short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
+             "--trainer.limit_test_batches=2")  # fmt: skip
+    fit(tmp_path, *short)  # 20 optimizer steps, its cosine ends at min_lr on step 19
+    run = tmp_path / "digits" / "version_0"
+    resumed = fit(tmp_path, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.max_epochs=4",
+                  "--trainer.callbacks+=probes.Recorder", configs=(str(run / "config.yaml"),))  # fmt: skip
+    assert resumed.trainer.global_step == 40
+    assert "the LR schedule is re-planned from 20 to 40 optimizer steps" in caplog.text  # Lightning's INFO log
+    # Steps 20..39 use the LR a run planned for 40 steps from the start uses there, for each param group (both
+    # start from model.lr): the same closed form, so equal to float rounding of the same arithmetic.
+    recorder = next(cb for cb in resumed.trainer.callbacks if isinstance(cb, Recorder))
+    hp = resumed.model.hparams
+    warmup = resolve_warmup_steps(hp["warmup"], 40)
+    expected = [warmup_cosine_lr(step, hp["lr"], hp["min_lr"], warmup, 40) for step in range(20, 40)]
+    assert [lrs[0] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
+    assert [lrs[1] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
+    assert recorder.lrs[0][0] > 10 * hp["min_lr"]  # not left at the old plan's end

@@ -2,6 +2,7 @@
 
 import math
 
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -50,7 +51,10 @@ class WarmupCosine(LRScheduler):
     """``warmup_cosine_lr`` for every param group (each from its own initial lr).
 
     The closed form is recomputed from the step counter rather than updated multiplicatively, so a resumed
-    scheduler (whose state is just ``last_epoch``) continues on exactly the same curve.
+    scheduler (whose state is just ``last_epoch``) continues on exactly the same curve. A run resumed with another
+    length (``make resume ARGS="--trainer.max_epochs=..."``) keeps the plan of that length: its remaining steps
+    follow the curve of a run planned that long from the start, and one line says so (the checkpoint's plan would
+    leave every added step at ``min_lr``).
     """
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float) -> None:
@@ -63,6 +67,21 @@ class WarmupCosine(LRScheduler):
         self.total_steps = total_steps
         self.min_lr = min_lr
         super().__init__(optimizer)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        planned = (self.warmup_steps, self.total_steps)
+        super().load_state_dict(state_dict)
+        if planned != (self.warmup_steps, self.total_steps):
+            rank_zero_info(
+                f"The run length changed: the LR schedule is re-planned from {self.total_steps} to {planned[1]} "
+                f"optimizer steps (warmup {planned[0]}); from step {self.last_epoch} on it follows the curve of a run "
+                f"of {planned[1]} steps."
+            )
+            self.warmup_steps, self.total_steps = planned
+        # The optimizer's state (restored just before) holds the LR the old plan chose for the next step.
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr(), strict=True):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def get_lr(self) -> list[float | Tensor]:
         return [
