@@ -323,7 +323,7 @@ def _summarise(rs: list[dict]) -> dict[str, Any]:
     }
 
 
-def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> dict:
+def checkpoint_stall(size_mb: int, out: Path, saves: int = 4, interval_s: float = 1.5) -> dict:
     """How long each checkpoint save stalls the training thread: the blocking atomic writer (serialise, write,
     fsync, rename) against the background writer (a copy to host memory; the rest in a thread). The state is
     ``size_mb`` of float32 on the run's device (weights and two AdamW moments, as a checkpoint holds); between saves
@@ -335,7 +335,7 @@ def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> d
              "optimizer_states": [{"exp_avg": torch.randn(n, device=_device()),
                                    "exp_avg_sq": torch.rand(n, device=_device())}]}  # fmt: skip
     result: dict[str, Any] = {"size_mb": size_mb, "saves": saves}
-    with tempfile.TemporaryDirectory(dir=ROOT / "benchmarks" / "results") as scratch:
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
         for name, io in (("atomic", AtomicCheckpointIO()), ("background", BackgroundCheckpointIO())):
             stalls = []
             for _ in range(saves):
@@ -351,12 +351,12 @@ def checkpoint_stall(size_mb: int, saves: int = 4, interval_s: float = 1.5) -> d
     return result
 
 
-def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path) -> dict:
+def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, results: str) -> dict:
     """A run in a fresh process; its time to first step counts from the moment it was started."""
     t0 = time.time()
     out = subprocess.run(
         [sys.executable, __file__, "--one", kind, "--config", config, "--workload", workload, "--t0", repr(t0),
-         "--spec", str(spec), *(["--epochs", str(epochs)] if epochs else [])],
+         "--spec", str(spec), "--out", results, *(["--epochs", str(epochs)] if epochs else [])],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     if out.returncode != 0:
@@ -371,6 +371,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=None, help="override each workload's epoch count")
     parser.add_argument("--config", default=CONFIG, help="the run to measure (default: configs/default.yaml)")
     parser.add_argument("--checkpoint-mb", type=int, default=240, help="checkpoint stall test size (0: skip)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="where the JSON report goes")
     parser.add_argument("--one", choices=["template", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
@@ -378,7 +379,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.one:  # a child: one run, its result as the last line of stdout
         if args.one == "template":
-            print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0)))
+            print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0, f"{args.out}/logs")))
         else:
             print(json.dumps(run_reference(args.spec, args.workload, args.t0)))
         return
@@ -391,7 +392,7 @@ def main() -> None:
             write_spec(args.config, workload, args.epochs, spec)
             for _ in range(args.repeats):
                 for kind in ("reference", "template"):
-                    results[kind].append(_one(kind, args.config, workload, args.epochs, spec))
+                    results[kind].append(_one(kind, args.config, workload, args.epochs, spec, args.out))
         runs += results["reference"] + results["template"]
         summary = {kind: _summarise(rs) for kind, rs in results.items()}
         ref, tpl = summary["reference"], summary["template"]
@@ -431,9 +432,9 @@ def main() -> None:
               f"{row['whole_run_ratio']:.2f}x (after the first step: {row['training_ratio']:.2f}x); noise: the "
               f"reference's run-to-run spread {row['noise_pct']:.1f}%; data path alone "
               f"{row['data_path_batches_per_sec']:.0f} batches/s\n")  # fmt: skip
-    out = ROOT / "benchmarks" / "results"
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stall = checkpoint_stall(args.checkpoint_mb) if args.checkpoint_mb else None
+    stall = checkpoint_stall(args.checkpoint_mb, out) if args.checkpoint_mb else None
     if stall:
         for name in ("atomic", "background"):
             print(

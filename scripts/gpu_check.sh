@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
-# On a CUDA machine, in under 5 minutes: the gpu-marked tests, then a bench of the default workload on the GPU.
-# Usage: scripts/gpu_check.sh   (after `make install`)
+# On a CUDA machine, in under 5 minutes: the gpu-marked tests, a bench of both workloads on the GPU, and the
+# template's step time in fp32, bf16-mixed, and bf16-mixed with a compiled net.
+# Usage: scripts/gpu_check.sh          (after `make install`)
+#        scripts/gpu_check.sh --cpu    every command of it, tiny and on the CPU: `make test` runs this, so a renamed
+#                                      flag, workload or config fails a test here rather than on your first GPU.
+# GPU_CHECK_OUT (default benchmarks/results) and GPU_CHECK_LOGS (default logs) say where it writes; PYTHON_BIN which
+# interpreter runs it (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
-.venv/bin/python -m pytest -m gpu -ra -q
-.venv/bin/python benchmarks/bench.py --repeats 1 --workloads default heavy
-# fp32 vs bf16-mixed, compile off vs on: step time of the template on the GPU (and its data-wait curve in TensorBoard).
-for extra in "--trainer.precision=32-true" "--trainer.precision=bf16-mixed" "--trainer.precision=bf16-mixed --model.compile=true"; do
+PY=${PYTHON_BIN:-.venv/bin/python}
+OUT=${GPU_CHECK_OUT:-benchmarks/results}
+LOGS=${GPU_CHECK_LOGS:-logs}
+if [ "${1:-}" = "--cpu" ]; then
+    bench=(--repeats 1 --workloads default --epochs 2 --checkpoint-mb 0)
+    fit=(--trainer.accelerator=cpu --trainer.max_epochs=1 --trainer.limit_train_batches=3 --trainer.limit_val_batches=2
+         --trainer.limit_test_batches=2 --data.num_workers=0)
+    compiled=eager  # inductor's C++ build takes minutes on a CPU; the eager backend runs the same compile path
+else
+    "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
+    bench=(--repeats 1 --workloads default long)
+    fit=(--trainer.max_epochs=5)
+    compiled=true
+fi
+"$PY" -m pytest -m gpu -ra -q -p no:cacheprovider
+"$PY" benchmarks/bench.py "${bench[@]}" --out "$OUT"
+# fp32 vs bf16-mixed, compile off vs on: step time of the template (and its data-wait curve in TensorBoard).
+for extra in "--trainer.precision=32-true" "--trainer.precision=bf16-mixed" \
+             "--trainer.precision=bf16-mixed --model.compile=$compiled"; do
     echo "== $extra"
     # shellcheck disable=SC2086
-    .venv/bin/python -m project fit --config configs/default.yaml --config configs/gpu.yaml --trainer.max_epochs=5 \
-        --model.compile=false $extra --trainer.logger.init_args.name=gpu-check 2>&1 | grep -E "Test of|epoch 4"
+    "$PY" -m project fit --config configs/default.yaml --config configs/gpu.yaml "${fit[@]}" --model.compile=false \
+        $extra --trainer.logger.init_args.save_dir="$LOGS" --trainer.logger.init_args.name=gpu-check 2>&1 \
+        | grep -E "Test of|^epoch [0-9]+:"
 done

@@ -1,0 +1,43 @@
+"""scripts/gpu_check.sh, the first thing to run on a GPU workstation, in its CPU mode: every command it runs on a
+GPU (the gpu-marked tests, the bench, the fits over configs/gpu.yaml) runs here, tiny, so it cannot rot unseen."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, scratch_dir, wait_or_kill
+
+
+@pytest.mark.slow
+def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHON_BIN": sys.executable, "GPU_CHECK_OUT": str(tmp_path / "results"),
+           "GPU_CHECK_LOGS": str(tmp_path / "logs"), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu"], cwd=scratch_dir(), env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    out, _ = wait_or_kill(proc, 600, "scripts/gpu_check.sh --cpu")
+    assert proc.returncode == 0, out[-3000:]
+    assert " skipped" in out and "failed" not in out  # the gpu-marked tests: collected, and skipped on a CPU
+    assert "default: 20 steps per epoch" in out and len(list((tmp_path / "results").glob("bench-*.json"))) == 1
+    assert [line for line in out.splitlines() if line.startswith("== ")] == [
+        "== --trainer.precision=32-true", "== --trainer.precision=bf16-mixed",
+        "== --trainer.precision=bf16-mixed --model.compile=eager",
+    ]  # fmt: skip
+    assert out.count("Test of ") == 3 and len(list((tmp_path / "logs" / "gpu-check").glob("version_*"))) == 3
+
+
+def test_the_gpu_only_branch_names_only_what_exists() -> None:
+    # What the CPU mode cannot run (the long workload takes minutes on a CPU): its names are checked here.
+    import re
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench
+
+    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    named = {w for group in re.findall(r"--workloads ([\w ]+)\)", script) for w in group.split()}
+    assert named and named <= set(bench.WORKLOADS), (
+        f"gpu_check.sh names workloads {named}, bench has {set(bench.WORKLOADS)}"
+    )
