@@ -71,6 +71,26 @@ def test_a_dirty_tree_gives_a_patch_that_git_apply_reproduces(tmp_path: Path) ->
     assert not (copy / "run.log").exists()
 
 
+def test_the_patch_never_copies_a_secret_and_lists_what_it_leaves_out(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo")
+    token = "ghp_0123456789abcdefFAKEtoken"
+    planted = {".env": f"GITHUB_TOKEN={token}\n", "deploy.key": token, "configs/my_secret.yaml": f"key: {token}\n",
+               "notes/api_token.txt": token, "data.npy": "not source"}  # fmt: skip
+    for name, text in planted.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    (repo / "configs" / "mine.yaml").write_text("model:\n  lr: 0.01\n")  # your config: copied
+    state = git_state(repo, tmp_path / "dirty.patch")
+    patch = (tmp_path / "dirty.patch").read_text()
+    assert token not in patch and "configs/mine.yaml" in patch
+    left_out = {entry["name"]: entry["why"] for entry in state["untracked_not_in_patch"]}
+    assert left_out == {".env": "its name looks like a secret", "deploy.key": "its name looks like a secret",
+                        "configs/my_secret.yaml": "its name looks like a secret",
+                        "notes/api_token.txt": "its name looks like a secret",
+                        "data.npy": "not a source or config file"}  # fmt: skip
+    assert all(entry["bytes"] > 0 for entry in state["untracked_not_in_patch"])
+
+
 def test_the_recorded_checkout_is_the_repository_root() -> None:
     # The patch of a dirty tree is taken from here (git diff and untracked files relative to it): a subfolder would
     # miss untracked files outside it (a config of yours) and write paths git apply puts in the wrong place.

@@ -3,13 +3,15 @@
 One segment per ``fit`` of the run (a resumed run shows one more segment each time): the command line, the
 working directory, start and end times, how it ended (finished, stopped early, interrupted by a signal, crashed
 with the exception's one line), the project's git commit and whether the tree was dirty (then ``git-<k>.patch``,
-the uncommitted diff, untracked files included, which ``git apply`` reproduces on that commit), Python and library
+the uncommitted diff with the untracked source and config files, which ``git apply`` reproduces on that commit;
+never a file whose name looks like a secret, see ``SECRET_NAMES``), Python and library
 versions, the accelerators, world size and host, and ``pip-freeze-<k>.txt`` (written when the installed packages
 differ from the previous segment's). Written by rank 0, atomically, plain JSON; also shown in TensorBoard's text
 tab. ``make runs`` reads it.
 """
 
 import datetime
+import fnmatch
 import importlib.metadata
 import json
 import os
@@ -30,7 +32,15 @@ from project.engine.last_checkpoint import Interrupted
 from project.engine.runs import flatten
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
-UNTRACKED_MAX_BYTES = 1_000_000  # larger untracked files are listed in the record, not copied into the patch
+# Untracked files copied into the patch: source and config only, small, and never one whose name looks like a
+# secret (run directories get uploaded and shared: a tracker, a shared disk, a bug report). The others are listed
+# in the record by name and size.
+UNTRACKED_MAX_BYTES = 1_000_000
+SOURCE_SUFFIXES = {".py", ".pyi", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".json", ".md", ".txt", ".rst", ".sh",
+                   ".sbatch", ".ipynb"}  # fmt: skip
+SOURCE_NAMES = {"Makefile", "Dockerfile"}
+SECRET_NAMES = (".env*", "*.pem", "*.key", "id_*", "*token*", "*secret*", "credentials*", "*.p12", "*.pfx", ".netrc",
+                ".pgpass", "*.kdbx", "*password*")  # fmt: skip
 
 
 def now() -> str:
@@ -60,8 +70,9 @@ def git_state(repo: Path, patch_path: Path) -> dict[str, Any]:
     skipped = []
     untracked = _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
     for name in filter(None, untracked):
-        if (repo / name).stat().st_size > UNTRACKED_MAX_BYTES:
-            skipped.append(name)
+        reason = _not_copied(repo / name)
+        if reason:
+            skipped.append({"name": name, "bytes": (repo / name).stat().st_size, "why": reason})
             continue
         # --no-index exits 1 when the files differ, which is the point here.
         patch += _git(repo, "diff", "--no-index", "--binary", "--", "/dev/null", name).stdout
@@ -70,6 +81,17 @@ def git_state(repo: Path, patch_path: Path) -> dict[str, Any]:
     if skipped:
         state["untracked_not_in_patch"] = skipped
     return state
+
+
+def _not_copied(path: Path) -> str | None:
+    """Why an untracked file stays out of the patch, or None to copy it."""
+    if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):
+        return "its name looks like a secret"
+    if path.suffix.lower() not in SOURCE_SUFFIXES and path.name not in SOURCE_NAMES:
+        return "not a source or config file"
+    if path.stat().st_size > UNTRACKED_MAX_BYTES:
+        return f"over {UNTRACKED_MAX_BYTES // 1_000_000} MB"
+    return None
 
 
 def installed_packages() -> str:
