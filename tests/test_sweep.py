@@ -286,3 +286,21 @@ def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) 
     assert gpu_groups(2) == ["0,1", "2,3"]  # a 2-GPU DDP trial per worker
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     assert gpu_groups(2) == ["4,5", "6,7"]
+
+
+@pytest.mark.slow
+def test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A metric no run logs: each trial fails at its first validation with one sentence, after its config is saved.
+    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trials=2, metric="val/nope", direction="minimize")
+    code, out = finish(sweep(spec))
+    assert code == 1 and "Traceback" not in out, out  # the worker gave up after failures in a row, not a crash
+    sweep_dir = tmp_path / "logs" / "sweeps" / "bad"
+    trials = load(sweep_dir, "bad").get_trials()
+    assert len(trials) == 3 and all(t.state == TrialState.FAIL for t in trials)  # FAILURES_IN_A_ROW, none RUNNING
+    for trial in trials:
+        assert "the sweep's metric 'val/nope' is not logged by this run" in trial.user_attrs["error"]
+        assert "is not logged" in (sweep_dir / f"trial_{trial.number}" / "console.log").read_text()  # kept
+    assert main([str(spec), "--status"]) == 0
+    assert capsys.readouterr().out.count("the sweep's metric 'val/nope' is not logged") == 3

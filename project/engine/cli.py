@@ -59,16 +59,18 @@ class SaveConfig(SaveConfigCallback):
             return
         run_dir = Path(trainer.log_dir)
         files = [p for p in run_dir.rglob("*") if p.is_file()]
-        # Ours: we saved its config, or (refused before that, e.g. by the data's setup) it holds only what the
-        # logger and the provenance record wrote in this run. A directory with a checkpoint, or anything else, is
-        # never removed.
-        ours = self.already_saved or all(_written_at_start(p.name) for p in files)
+        # Ours: it holds only what this run wrote at its start (the config, the logger's files, the provenance
+        # record). A directory with a checkpoint, or anything else (a sweep trial's console.log, which holds the
+        # error sentence), is never removed.
+        ours = all(_written_at_start(p.name) for p in files)
         if ours and not any(p.suffix == ".ckpt" for p in files):
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _written_at_start(name: str) -> bool:
-    return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name == "provenance.json"
+    return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name in (
+        "provenance.json", "config.yaml", "hparams.yaml",
+    )  # fmt: skip
 
 
 class _Parser(LightningArgumentParser):

@@ -187,7 +187,11 @@ def work(sweep_dir: Path, worker: int) -> int:
 
 
 def _last_line(run_dir: Path) -> str:
-    lines = (run_dir / "console.log").read_text(errors="replace").strip().splitlines()
+    """The trial's last line of output: its error sentence when it failed."""
+    try:
+        lines = (run_dir / "console.log").read_text(errors="replace").strip().splitlines()
+    except OSError as err:  # never lose the trial's record over its log
+        return f"its console.log could not be read ({err.strerror})"
     return lines[-1].strip() if lines else "no output"
 
 
