@@ -256,6 +256,7 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
     assert metadata["output"] == json.loads(json.dumps(task.output_description()))
     assert metadata["input"]["shape"] == ["batch", *dm.input_shape]
+    assert metadata["input"].get("features") == dm.input_names  # a table's columns, in the order to feed them
     assert metadata["input"]["normalization"] == dm.normalization
     # Raw inputs in, the task's outputs out (the normalisation and the task's head are inside the exported model).
     inputs, _ = dm.split_tensors("test")

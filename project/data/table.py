@@ -99,6 +99,7 @@ class CSVDataModule(DataModule):
             )
         self.inputs = numeric_columns(self.path, "data.path", header, body, self.features)
         self.input_shape = (len(self.features),)
+        self.input_names = self.features
         if target_type == "value":
             self.target_kind = "values"
             self.target_names = targets

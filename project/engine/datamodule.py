@@ -10,6 +10,7 @@ The contract a subclass declares, which everything downstream reads (the net's s
   ``target_names`` one name per class in index order. ``"values"``: each target is a float32 vector of real
   values, ``target_names`` one name per value (e.g. the CSV columns). The net has one output per name;
 - ``input_shape``: one sample's shape, e.g. (C, H, W) or (features,); samples are float32 tensors of that shape;
+  ``input_names`` (optional): the name of each input value, in order (a table's feature columns);
 - ``load_dataset()``: every sample with its target (split here by ``split_seed``), or ``load_splits()`` for your
   own split;
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
@@ -76,6 +77,7 @@ class DataModule(L.LightningDataModule):
     target_kind: Literal["classes", "values"] = "classes"
     target_names: list[str]
     input_shape: tuple[int, ...]
+    input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
 
     def __init__(
         self,

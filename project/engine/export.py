@@ -116,6 +116,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
             "units": "raw, as the DataModule's load_predict_inputs decodes them",
             "normalization": data.normalization,
             "normalization_inside": True,
+            **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
         },
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,
