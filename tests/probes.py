@@ -254,3 +254,24 @@ class Hold(L.Callback):
         stopper = next((cb for cb in trainer.callbacks if isinstance(cb, LastCheckpoint)), None)  # type: ignore[attr-defined]
         while not self.release.exists() and (stopper is None or stopper.signum is None):
             time.sleep(0.05)
+
+
+class FillDisk(L.Callback):
+    """Fills the filesystem holding ``path`` (a file it creates) right before the checkpoints of epoch ``epoch``
+    are written (at the end of its validation): a real full disk, as the run meets it. Once: the file ``done``
+    (elsewhere) records it, so the resumed run, whose config names this callback too, trains on."""
+
+    def __init__(self, path: str, done: str, epoch: int = 1) -> None:
+        self.path, self.done, self.epoch = Path(path), Path(done), epoch
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.current_epoch != self.epoch or self.done.exists():
+            return
+        self.done.touch()
+        with open(self.path, "wb", buffering=0) as f:  # unbuffered: every byte written is on the disk
+            for size in (2**20, 2**12, 1):  # MiB blocks, then smaller ones into what is left
+                try:
+                    while True:
+                        f.write(b"\0" * size)
+                except OSError:
+                    pass

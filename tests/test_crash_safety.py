@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -320,3 +321,52 @@ def test_a_failed_background_write_is_raised_on_the_training_thread(tmp_path: Pa
     with pytest.raises(FileExistsError):  # ...or at the end of fit
         io.teardown()
     assert (tmp_path / "missing" / "x" / "a.ckpt").is_file() and (tmp_path / "c.ckpt").is_file()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 40 MB filesystem (tmpfs), as root; skipped with the reason where mounting is not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("writer", ["atomic", "background"])
+def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_resumes_exactly(
+    writer: str, small_disk: Path, tmp_path: Path
+) -> None:
+    run_args = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
+                "--trainer.limit_test_batches=2", "--trainer.enable_progress_bar=false",
+                *(["--trainer.plugins=project.engine.checkpoints.BackgroundCheckpointIO"] if writer == "background"
+                  else []))  # fmt: skip
+    straight = fit(tmp_path / "straight", *run_args)
+    filler = small_disk / "filler"
+    # The disk fills up as epoch 1's checkpoints are about to be written (the background writer reports its failed
+    # write at the next save: epoch 1's last.ckpt, which is then not written either).
+    failed = run_module("fit", "--config", DIGITS, *run_args, f"--trainer.logger.init_args.save_dir={small_disk}",
+                        "--trainer.callbacks+=probes.FillDisk", f"--trainer.callbacks.path={filler}",
+                        f"--trainer.callbacks.done={tmp_path / 'filled'}")  # fmt: skip
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    error = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "could not write the checkpoint" in error[0] and "no space left" in error[0], error
+    assert "Traceback" not in failed.stderr, failed.stderr[-4000:]
+    checkpoints = small_disk / "digits" / "version_0" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]  # no temp file left
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 0  # epoch 0's, whole
+    torch.load(checkpoints / "best.ckpt", weights_only=True)
+    filler.unlink()  # space freed: make resume continues the run to the same weights as the uninterrupted one
+    run = checkpoints.parent
+    fit(small_disk, "--ckpt_path", str(checkpoints / "last.ckpt"), configs=(str(run / "config.yaml"),))
+    expected = torch.load(Path(straight.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    got = torch.load(checkpoints / "last.ckpt", weights_only=True)
+    assert got["global_step"] == expected["global_step"] == 15
+    for name, value in expected["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], value), name

@@ -1,7 +1,9 @@
 """Writing checkpoints so that a crash never leaves a truncated one, and reading them without running code."""
 
+import errno
 import os
 import pickle
+import shutil
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,28 @@ from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from lightning_utilities.core.apply_func import apply_to_collection
 
 from project.engine.errors import ConfigError
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a lost mount); the file it was to replace is untouched."""
+
+
+def free_space(path: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(path).free / 2**20:.1f} MB free there"
+    except OSError:
+        return "its free space unknown"
+
+
+def _write_failed(path: Path, err: BaseException) -> CheckpointWriteError:
+    # torch.save reports a failed write as a RuntimeError of its zip writer ("unexpected pos ..."), without errno.
+    full = getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or isinstance(err, RuntimeError)
+    why = "no space left on the device" if full else (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return CheckpointWriteError(
+        errno.ENOSPC if full else getattr(err, "errno", None) or errno.EIO,
+        f"could not write the checkpoint {path} ({why}: {free_space(path.parent)}); the checkpoints already in "
+        f"{path.parent} are untouched. Free some space, then continue the run: make resume RUN={path.parent.parent}",
+    )
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -30,11 +54,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         for stale in path.parent.glob(".*.ckpt.tmp-*"):
             stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except (OSError, RuntimeError) as err:  # a full disk, a lost mount: no half-written file is left
+            tmp.unlink(missing_ok=True)
+            raise _write_failed(path, err) from None
         directory = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(directory)

@@ -8,10 +8,12 @@ of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTE
 with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
 """
 
+import errno
 import importlib
 import re
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -24,7 +26,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from project.engine.checkpoints import AtomicCheckpointIO, load_checkpoint
+from project.engine.checkpoints import AtomicCheckpointIO, CheckpointWriteError, free_space, load_checkpoint
 from project.engine.dashboard import write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in
@@ -102,6 +104,8 @@ def condensed(message: str) -> str:
 
 class CLI(LightningCLI):
     """``LightningCLI`` for the config's task and DataModule; ``args=None`` reads ``sys.argv``."""
+
+    run_dir: Path | None = None  # the directory of the run being fitted, for main()'s message on a full disk
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self._cli_args = list(args) if args is not None else sys.argv[1:]
@@ -235,6 +239,7 @@ class CLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._started = time.perf_counter()
+        CLI.run_dir = Path(self.trainer.log_dir) if self.trainer.log_dir else None
         if self.trainer.is_global_zero:
             write_layout(self.trainer.logger, self.model)
         if self.trainer.is_global_zero and self.trainer.log_dir:
@@ -333,7 +338,37 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
             trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_fault(err: OSError) -> str:
+    """One sentence for a failed write: the checkpoint's own (it names the file), else that of another writer on
+    the same full disk (the logger's event file, found first or raised while the run shut down)."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = err
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    checkpoint = next((e for e in chain if isinstance(e, CheckpointWriteError)), None)
+    if checkpoint is not None:
+        return str(checkpoint.strerror)
+    if err.errno not in _FULL:
+        raise err
+    run = CLI.run_dir
+    where = f"{run} ({free_space(run)})" if run else "the run directory"
+    resume = f"make resume RUN={run}" if run else "make resume"
+    return (f"no space left on the device writing to {where}; the checkpoints already written are untouched. Free "
+            f"some space, then continue the run: {resume}")  # fmt: skip
+
+
+def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:
+    """A writer thread's full-disk error is raised again on the main thread, which reports it in one sentence."""
+    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in _FULL):
+        threading.__excepthook__(args)
+
+
 def main(args: list[str] | None = None) -> None:
+    threading.excepthook = _quiet_about_a_full_disk
     try:
         CLI(args)
     except (ConfigError, MisconfigurationException) as err:
@@ -342,6 +377,9 @@ def main(args: list[str] | None = None) -> None:
             message = message.rstrip().splitlines()[-1].partition(": ")[2]
         print(f"error: {' '.join(message.split())}", file=sys.stderr)  # Lightning's own misconfigurations too
         sys.exit(2)
+    except OSError as err:  # a fault, not bad input: the run stops, what was written whole is kept
+        print(f"error: {_disk_fault(err)}", file=sys.stderr)
+        sys.exit(1)
     except Interrupted as stop:
         if stop.rank == 0:
             run = stop.checkpoint.parent.parent

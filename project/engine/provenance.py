@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
 
 from project.engine.last_checkpoint import Interrupted
 from project.engine.runs import flatten
@@ -233,8 +234,12 @@ class Provenance(Callback):
     def _write(self) -> None:
         assert self.path is not None
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.record, indent=2) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps(self.record, indent=2) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as err:  # e.g. a full disk: the record is not worth hiding the run's own error for
+            tmp.unlink(missing_ok=True)
+            rank_zero_warn(f"could not write {self.path} ({err.strerror or err}); the run's record is incomplete.")
 
     def _show(self, trainer: L.Trainer) -> None:
         """The segment as a markdown table in TensorBoard's text tab (provenance, one entry per start and end)."""
