@@ -292,15 +292,25 @@ def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) 
 def test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A metric no run logs: each trial fails at its first validation with one sentence, after its config is saved.
-    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trials=2, metric="val/nope", direction="minimize")
+    # A value refused only once the run starts (warmup longer than any trial), after each trial saved its config.
+    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trials=2, params={"model.warmup": {"choices": [10**5]}})
     code, out = finish(sweep(spec))
     assert code == 1 and "Traceback" not in out, out  # the worker gave up after failures in a row, not a crash
     sweep_dir = tmp_path / "logs" / "sweeps" / "bad"
     trials = load(sweep_dir, "bad").get_trials()
     assert len(trials) == 3 and all(t.state == TrialState.FAIL for t in trials)  # FAILURES_IN_A_ROW, none RUNNING
+    sentence = "model.warmup resolves to 100000 warmup steps"
     for trial in trials:
-        assert "the sweep's metric 'val/nope' is not logged by this run" in trial.user_attrs["error"]
-        assert "is not logged" in (sweep_dir / f"trial_{trial.number}" / "console.log").read_text()  # kept
+        assert sentence in trial.user_attrs["error"]
+        assert sentence in (sweep_dir / f"trial_{trial.number}" / "console.log").read_text()  # kept
+    assert f"stopping; the last one: error: {sentence}" in out
     assert main([str(spec), "--status"]) == 0
-    assert capsys.readouterr().out.count("the sweep's metric 'val/nope' is not logged") == 3
+    assert capsys.readouterr().out.count(sentence) >= 3
+
+
+def test_a_metric_the_task_does_not_log_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", metric="val/rmse", direction="minimize")
+    assert main([str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert "metric='val/rmse': Classifier does not log it; it logs val/acc, val/loss" in err
+    assert not (tmp_path / "logs").exists()

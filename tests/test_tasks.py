@@ -74,12 +74,12 @@ def test_the_regressor_is_judged_and_predicts_in_its_targets_units(
     assert header[6:10] == ["best", "val/rmse", "test/rmse", "commit"]
 
 
-def test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise(tmp_path: Path) -> None:
+def test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise(regression_csv: Path, tmp_path: Path) -> None:
     from project.engine.sweep import spec as sweep_spec
 
     path = tmp_path / "sweep.yaml"
     path.write_text(
-        f"configs: [{DIGITS}, {REGRESSION}]\nargs: [--data.path={tmp_path / 'any.csv'}]\n"
+        f"configs: [{DIGITS}, {REGRESSION}]\nargs: [--data.path={regression_csv}]\n"
         "params:\n  model.lr: {low: 1.0e-3, high: 1.0e-2}\n"
     )
     spec = sweep_spec.load(path)

@@ -17,7 +17,7 @@ from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import PositiveInt
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from project.engine.errors import ConfigError
+from project.engine.errors import ConfigError, config_error_in
 
 
 @dataclass
@@ -199,6 +199,21 @@ def check_against_cli(spec: Namespace) -> Namespace:
         shown = " ".join(flag(k, v) for k, v in chosen.items())
         raise ConfigError(f"params: each value parses alone, but together the CLI refuses them: {shown}.")
     task: Any = _class(cli.config.model.class_path)
+    if spec.metric is not None and spec.metric != task.monitor:
+        # Which metrics the task logs is known once it is built (its MetricCollection): the config's classes are
+        # built once, as a trial builds them (the data read, the net made; no Trainer).
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                built = cli.parser.instantiate_classes(cli.config)["model"]
+        except ValueError as err:  # what a constructor refused (e.g. the data is not there), in its own words
+            raise (config_error_in(err) or err) from None
+        logged = {"val/loss", *built.val_metrics.keys()}
+        if spec.metric not in logged:
+            raise ConfigError(
+                f"metric={spec.metric!r}: {task.__name__} does not log it; it logs {', '.join(sorted(logged))} after "
+                "every validation (leave metric out for the one it is judged by)."
+            )
     if spec.metric is None:
         spec.metric = task.monitor
         spec.direction = spec.direction or ("maximize" if task.mode == "max" else "minimize")

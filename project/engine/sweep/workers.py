@@ -182,7 +182,10 @@ def work(sweep_dir: Path, worker: int) -> int:
             return 130
         failures = failures + 1 if state == TrialState.FAIL else 0
         if failures >= FAILURES_IN_A_ROW:
-            print(f"worker {worker}: {failures} trials in a row failed; stopping (see their console.log).")
+            last = study._storage.get_trial(trial._trial_id).user_attrs.get("error", "")
+            print(
+                f"worker {worker}: {failures} trials in a row failed; stopping; the last one: {last.partition(': ')[2]}"
+            )
             return 1
 
 
