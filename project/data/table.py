@@ -132,9 +132,9 @@ def class_labels(path: str, target: str, values: list[str]) -> tuple[list[str], 
     labels = [v.strip() for v in values]
     try:  # integer labels sort numerically (2 before 10), names alphabetically
         keys = [str(k) for k in map(int, labels)]
-        names = [str(k) for k in sorted({int(k) for k in keys})]
+        names, integers = [str(k) for k in sorted({int(k) for k in keys})], True
     except ValueError:
-        keys, names = labels, sorted(set(labels))
+        keys, names, integers = labels, sorted(set(labels)), False
         real = _real_number(labels)
         if real is not None:
             raise ConfigError(
@@ -143,7 +143,7 @@ def class_labels(path: str, target: str, values: list[str]) -> tuple[list[str], 
             ) from None
     if len(names) < 2:
         raise ConfigError(f"data.target={target!r}: the column holds {len(names)} class(es), at least 2 needed.")
-    if names[0].lstrip("-").isdigit() and len(names) > max(20, len(labels) // 5):
+    if integers and len(names) > max(20, len(labels) // 5):
         raise ConfigError(
             f"data.target={target!r} in {path!r} holds {len(names)} distinct integers in {len(labels)} rows (fewer "
             "than 5 rows per class): a value to predict rather than classes. Train a regressor: --config "

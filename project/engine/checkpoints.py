@@ -15,6 +15,8 @@ from lightning_utilities.core.apply_func import apply_to_collection
 
 from project.engine.errors import ConfigError
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # the errnos of a write that found no space
+
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, a lost mount); the file it was to replace is untouched."""
@@ -29,7 +31,7 @@ def free_space(path: Path) -> str:
 
 def _write_failed(path: Path, err: BaseException) -> CheckpointWriteError:
     # torch.save reports a failed write as a RuntimeError of its zip writer ("unexpected pos ..."), without errno.
-    full = getattr(err, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or isinstance(err, RuntimeError)
+    full = getattr(err, "errno", None) in DISK_FULL or isinstance(err, RuntimeError)
     why = "no space left on the device" if full else (str(err).strip().splitlines() or [type(err).__name__])[0]
     return CheckpointWriteError(
         errno.ENOSPC if full else getattr(err, "errno", None) or errno.EIO,

@@ -8,7 +8,6 @@ of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTE
 with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
 """
 
-import errno
 import importlib
 import re
 import shutil
@@ -26,10 +25,16 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from project.engine.checkpoints import AtomicCheckpointIO, CheckpointWriteError, free_space, load_checkpoint
+from project.engine.checkpoints import (
+    DISK_FULL,
+    AtomicCheckpointIO,
+    CheckpointWriteError,
+    free_space,
+    load_checkpoint,
+)
 from project.engine.dashboard import write_layout
 from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError, config_error_in
+from project.engine.errors import ConfigError, cause_of, config_error_in
 from project.engine.last_checkpoint import Interrupted, LastCheckpoint
 from project.engine.predict import CSVPredictionWriter
 from project.engine.provenance import Provenance
@@ -338,22 +343,15 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
             trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")
 
 
-_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def _disk_fault(err: OSError) -> str:
+def _disk_fault(err: OSError) -> str | None:
     """One sentence for a failed write: the checkpoint's own (it names the file), else that of another writer on
-    the same full disk (the logger's event file, found first or raised while the run shut down)."""
-    chain: list[BaseException] = []
-    cause: BaseException | None = err
-    while cause is not None and cause not in chain:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    checkpoint = next((e for e in chain if isinstance(e, CheckpointWriteError)), None)
+    the same full disk (the logger's event file, found first or raised while the run shut down); None for any
+    other OSError."""
+    checkpoint = cause_of(err, CheckpointWriteError)
     if checkpoint is not None:
         return str(checkpoint.strerror)
-    if err.errno not in _FULL:
-        raise err
+    if err.errno not in DISK_FULL:
+        return None
     run = CLI.run_dir
     where = f"{run} ({free_space(run)})" if run else "the run directory"
     resume = f"make resume RUN={run}" if run else "make resume"
@@ -363,7 +361,7 @@ def _disk_fault(err: OSError) -> str:
 
 def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:
     """A writer thread's full-disk error is raised again on the main thread, which reports it in one sentence."""
-    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in _FULL):
+    if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in DISK_FULL):
         threading.__excepthook__(args)
 
 
@@ -378,7 +376,10 @@ def main(args: list[str] | None = None) -> None:
         print(f"error: {' '.join(message.split())}", file=sys.stderr)  # Lightning's own misconfigurations too
         sys.exit(2)
     except OSError as err:  # a fault, not bad input: the run stops, what was written whole is kept
-        print(f"error: {_disk_fault(err)}", file=sys.stderr)
+        fault = _disk_fault(err)
+        if fault is None:
+            raise
+        print(f"error: {fault}", file=sys.stderr)
         sys.exit(1)
     except Interrupted as stop:
         if stop.rank == 0:

@@ -208,23 +208,24 @@ class DataModule(L.LightningDataModule):
         if stage == "fit":
             self.normalization  # noqa: B018  (computed now, before training starts, unless a checkpoint restores it)
 
-    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
-        """A whole split as (raw inputs, targets) stacked in memory, targets in their own dtype: for notebooks,
-        export and tests."""
+    def _split(self, split: str) -> Dataset:
         if self.train_set is None:
             self.setup("fit")
         dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[split]
         assert dataset is not None
+        return dataset
+
+    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
+        """A whole split as (raw inputs, targets) stacked in memory, targets in their own dtype: for notebooks,
+        export and tests."""
+        dataset = self._split(split)
         xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)  # type: ignore[arg-type]
         return torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])
 
     def split_targets(self, split: str) -> Tensor:
         """A whole split's targets alone, stacked in their own dtype (a task's statistics of them), without decoding
         the inputs when the split is a subset of in-memory tensors."""
-        if self.train_set is None:
-            self.setup("fit")
-        dataset = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[split]
-        assert dataset is not None
+        dataset = self._split(split)
         if isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
             return dataset.dataset.tensors[1][list(dataset.indices)]
         return torch.stack([torch.as_tensor(dataset[i][1]) for i in range(len(dataset))])  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ class Classifier(Task):
         """
         Args:
             label_smoothing: cross-entropy label smoothing in [0, 1).
-            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
         """
         if not 0.0 <= label_smoothing < 1.0:
             raise ConfigError(f"model.label_smoothing={label_smoothing!r}: must lie in [0, 1).")

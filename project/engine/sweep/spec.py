@@ -147,9 +147,10 @@ def shown(value: Any) -> str:
 
 def check_against_cli(spec: Namespace) -> Namespace:
     """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
-    CLI would, building nothing. Returns the base config (no searched value applied), and fills in the sweep's
-    ``metric``/``direction`` from the task when the file leaves them out. ``ConfigError`` if a config cannot be read
-    or a key/value is refused, naming it."""
+    CLI would, building nothing (but the config's classes, once, when ``metric`` is not the one the task is judged
+    by: which metrics it logs is known once it is built). Returns the base config (no searched value applied), and
+    fills in the sweep's ``metric``/``direction`` from the task when the file leaves them out. ``ConfigError`` if a
+    config cannot be read or a key/value is refused, naming it."""
     from project.engine.cli import CLI
 
     class ParseOnly(CLI):
@@ -214,10 +215,8 @@ def check_against_cli(spec: Namespace) -> Namespace:
                 f"metric={spec.metric!r}: {task.__name__} does not log it; it logs {', '.join(sorted(logged))} after "
                 "every validation (leave metric out for the one it is judged by)."
             )
-    if spec.metric is None:
-        spec.metric = task.monitor
-        spec.direction = spec.direction or ("maximize" if task.mode == "max" else "minimize")
-    elif spec.direction is None:
+    spec.metric = spec.metric or task.monitor
+    if spec.direction is None:
         if spec.metric != task.monitor:
             raise ConfigError(
                 f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({task.monitor}): give its "
