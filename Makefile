@@ -54,7 +54,7 @@ export: $(INSTALLED) ## export RUN's best.ckpt to model.onnx + model.pt2 (torch.
 	@test -n "$(RUN)" || { echo "error: give the run: make export RUN=logs/<name>/version_<N>" >&2; exit 2; }
 	$(BIN)/python -m project.engine.export $(RUN) $(ARGS)
 
-profile: $(INSTALLED) ## profile 30 training steps of CONFIG: <run>/trace.json and the top ops by self time
+profile: $(INSTALLED) ## profile 30 training steps of CONFIG (after 5 of warm-up; configs/profile.yaml stops at 40): <run>/trace.json and the top ops by self time
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \
 		--trainer.callbacks+=project.engine.profiling.ProfileSteps $(ARGS)
 

@@ -19,6 +19,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
 
 from project.engine import dashboard
+from project.engine.cli import main
 from project.tasks import Classifier
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
@@ -150,13 +151,25 @@ def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_
         server.wait()
 
 
+PROFILE = str(ROOT / "configs" / "profile.yaml")
+
+
 @pytest.mark.slow
-def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "window"),
+    [(("--trainer.callbacks.steps=10",), "5..14 ("),
+     # The run's epochs run out inside the window (1 epoch of 20 steps): the report covers the steps it profiled,
+     # and the profiler is stopped (one left running crashed the interpreter at exit).
+     (("--trainer.max_steps=-1", "--trainer.max_epochs=1"), "5..19 (the run ended before step 34)")],
+    ids=["window-inside-the-run", "run-ends-inside-the-window"],
+)  # fmt: skip
+def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(
+    tmp_path: Path, args: tuple[str, ...], window: str
+) -> None:
     # In a fresh process, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the process.
     result = run_module(
-        "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "profile.yaml"),
-        "--trainer.callbacks+=project.engine.profiling.ProfileSteps", "--trainer.callbacks.steps=10",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        "fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
+        *args, f"--trainer.logger.init_args.save_dir={tmp_path}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     trace = json.loads((tmp_path / "profile" / "version_0" / "trace.json").read_text())
@@ -170,7 +183,20 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(tmp_path: Path) -
     assert 5 <= len(rows) <= 15
     shares = [float(row[1].rstrip("%")) for row in rows]
     assert shares == sorted(shares, reverse=True) and all(row[0] in names for row in rows)
-    assert "Profiled optimizer steps 5..14" in report and "data wait" in report
+    assert f"Profiled optimizer steps {window}" in report and "data wait" in report
+
+
+def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # profile.yaml stops at 40 optimizer steps; 5 of warm-up + 50 profiled would never reach the report.
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
+              "--trainer.callbacks.steps=50", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+    assert exit_.value.code == 2
+    assert ("error: trainer.callbacks.steps=50: ProfileSteps profiles optimizer steps 5..54, but the run stops at "
+            "trainer.max_steps=40; give --trainer.max_steps=55") in capsys.readouterr().err  # fmt: skip
+    assert not any((tmp_path / "profile").iterdir())  # no run directory left behind
 
 
 @pytest.mark.slow
