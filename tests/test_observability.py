@@ -191,8 +191,9 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
 ) -> None:
     # profile.yaml stops at 40 optimizer steps; 5 of warm-up + 50 profiled would never reach the report.
     with pytest.raises(SystemExit) as exit_:
-        main(["fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
-              "--trainer.callbacks.steps=50", f"--trainer.logger.init_args.save_dir={tmp_path}"])  # fmt: skip
+        main(["fit", "--config", DIGITS, "--config", PROFILE, f"--trainer.logger.init_args.save_dir={tmp_path}",
+              "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
+              "--trainer.callbacks.steps=50"])  # fmt: skip
     assert exit_.value.code == 2
     assert ("error: trainer.callbacks.steps=50: ProfileSteps profiles optimizer steps 5..54, but the run stops at "
             "trainer.max_steps=40; give --trainer.max_steps=55") in capsys.readouterr().err  # fmt: skip

@@ -73,8 +73,8 @@ class ProfileSteps(L.Callback):
         trace = run_dir / "trace.json"
         profiler.export_chrome_trace(str(trace))
         sort_by = "self_cuda_time_total" if pl_module.device.type == "cuda" else "self_cpu_time_total"
-        last = trainer.global_step - 1
-        short = "" if last >= self.warmup + self.steps - 1 else f" (the run ended before step {self.warmup + self.steps - 1})"
+        last, planned = trainer.global_step - 1, self.warmup + self.steps - 1
+        short = "" if last >= planned else f" (the run ended before step {planned})"
         report = (
             f"{profiler.key_averages().table(sort_by=sort_by, row_limit=self.row_limit)}\n"
             f"Profiled optimizer steps {self.warmup}..{last}{short} ({elapsed:.2f} s): data wait "
