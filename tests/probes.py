@@ -242,8 +242,9 @@ class OwnTrainingStep(Classifier):
 
 class Hold(L.Callback):
     """Holds training as epoch ``epoch`` starts until the file ``release`` exists or the run was told to stop
-    (Ctrl-C/SIGTERM, as ``LastCheckpoint`` records it): a test that interrupts a run then knows it is mid-run,
-    whatever the machine's speed, and waits for that state rather than for time."""
+    (Ctrl-C/SIGTERM, as ``LastCheckpoint`` records it), after touching ``<release>.held-rank<N>``: a test that
+    interrupts a run then knows it is mid-run, whatever the machine's speed, and waits for that state rather than
+    for time."""
 
     def __init__(self, release: str, epoch: int = 1) -> None:
         self.release, self.epoch = Path(release), epoch
@@ -252,6 +253,7 @@ class Hold(L.Callback):
         if trainer.current_epoch != self.epoch:
             return
         stopper = next((cb for cb in trainer.callbacks if isinstance(cb, LastCheckpoint)), None)  # type: ignore[attr-defined]
+        Path(f"{self.release}.held-rank{trainer.global_rank}").touch()  # the state a test waits for
         while not self.release.exists() and (stopper is None or stopper.signum is None):
             time.sleep(0.05)
 

@@ -266,25 +266,85 @@ def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path:
     assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == ["version_0"]  # one run directory
 
 
+# srun for one machine: SLURM_NTASKS tasks of the command, each with its SLURM_PROCID, their pids in $SRUN_PIDS
+# (SLURM's --signal=TERM@120 signals the tasks, not the batch script).
+FAKE_SRUN = """#!/usr/bin/env bash
+pids=()
+for ((r = 0; r < SLURM_NTASKS; r++)); do
+    SLURM_PROCID=$r SLURM_LOCALID=0 SLURM_NODEID=$r "$@" > "$SRUN_LOGS/job$SLURM_RESTART_COUNT-task$r.log" 2>&1 &
+    pids+=($!)
+done
+echo "${pids[@]}" > "$SRUN_PIDS"
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+
 @pytest.mark.slow
-def test_slurm_shaped_two_tasks_take_ranks_from_slurm_and_rank_zero_writes_alone(runs: dict, tmp_path: Path) -> None:
+def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_requeue_finishes(
+    runs: dict, tmp_path: Path
+) -> None:
+    # scripts/slurm.sbatch as sbatch runs it, with srun and scontrol standing in for SLURM: two tasks form one DDP
+    # world with ranks from SLURM_PROCID; SIGTERM to both (preemption) stops every rank at the same step with
+    # last.ckpt saved (a rank that stopped elsewhere would leave the other in a collective until the timeout);
+    # the script requeues the job, and the requeued job (same job id) continues the same run directory from that
+    # checkpoint to the end, where the weights equal one process's on the combined batch.
+    submit, bin_, logs = tmp_path / "submit", tmp_path / "bin", tmp_path / "tasks"
+    for folder in (submit / ".venv" / "bin", bin_, logs):
+        folder.mkdir(parents=True)
+    (submit / "configs").symlink_to(ROOT / "configs")
+    (submit / ".venv" / "bin" / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n')
+    (bin_ / "srun").write_text(FAKE_SRUN)
+    (bin_ / "scontrol").write_text(f'#!/usr/bin/env bash\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    for tool in ("srun", "scontrol"):
+        (bin_ / tool).chmod(0o755)
     port = _free_port_in(15000, 25000)  # SLURMEnvironment's port is 15000 + the job id's last 4 digits
-    slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_NNODES": "2", "SLURM_NODELIST": "localhost",
-             "SLURM_JOB_NAME": "digits", "SLURM_JOB_ID": str(port - 15000)}  # fmt: skip
-    envs = [{**slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": "0", "SLURM_NODEID": str(r)} for r in (0, 1)]
-    fit_args = [sys.executable, "-m", "project", "fit", "--config", DIGITS, "--data.batch_size=16", *COMMON,
-                "--trainer.strategy=ddp", "--trainer.num_nodes=2", "--trainer.devices=1",
-                f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
-                f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
-    outputs = _two_launches(envs, fit_args, tmp_path / "out")
-    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in outputs[1]  # rank from SLURM_PROCID
-    _assert_matches_single_process(tmp_path / "records", runs)
-    run_dirs = [d.name for d in (tmp_path / "logs" / "digits").iterdir()]
-    assert run_dirs == ["version_0"]
-    assert sorted(p.name for p in (tmp_path / "logs" / "digits" / "version_0" / "checkpoints").iterdir()) == [
-        "best.ckpt",
-        "last.ckpt",
-    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT / "tests"),
+           "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "SLURM_SUBMIT_DIR": str(submit),
+           "SLURM_JOB_ID": str(port - 15000), "SLURM_JOB_NAME": "train", "SLURM_NNODES": "2",
+           "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2", "SLURM_NODELIST": "localhost",
+           "SRUN_LOGS": str(logs), "SRUN_PIDS": str(tmp_path / "pids")}  # fmt: skip
+    release = tmp_path / "release"
+    flags = ["--config", DIGITS, "--data.batch_size=16", *COMMON, f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
+             "--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={release}",
+             "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout=0:01:00",
+             f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
+    script = ["bash", str(ROOT / "scripts" / "slurm.sbatch"), *flags]
+
+    job = subprocess.Popen(script, cwd=scratch_dir(), env={**env, "SLURM_RESTART_COUNT": "0"}, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not all(Path(f"{release}.held-rank{r}").exists() for r in (0, 1)):  # both ranks at epoch 1's start
+            assert job.poll() is None, job.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the ranks never reached epoch 1"
+            time.sleep(0.1)
+        for pid in (tmp_path / "pids").read_text().split():
+            os.kill(int(pid), signal.SIGTERM)
+        out, _ = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    task0 = (logs / "job0-task0.log").read_text()
+    assert job.returncode == 143, out[-2000:] + task0[-3000:]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in (logs / "job0-task1.log").read_text()
+    assert "Interrupted by SIGTERM after step 45" in task0  # epoch 1's first step, on every rank
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", env["SLURM_JOB_ID"]]
+    run = tmp_path / "logs" / "digits" / f"slurm-{env['SLURM_JOB_ID']}"
+    assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == [run.name]  # one run directory
+
+    release.touch()  # the requeued job: the same script, the same job id
+    requeued = subprocess.run(script, cwd=scratch_dir(), env={**env, "SLURM_RESTART_COUNT": "1"},
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert requeued.returncode == 0, requeued.stdout[-2000:] + (logs / "job1-task0.log").read_text()[-3000:]
+    assert f"Requeued: continuing {run}" in requeued.stdout
+    assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == [run.name]  # continued in place
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]  # rank 0 alone
+    r0, r1 = (torch.load(tmp_path / "records" / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0["global_step"] == r1["global_step"] == 2 * STEPS_PER_EPOCH
+    for name, value in runs["single"]["final_state"].items():
+        torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
 @pytest.mark.slow

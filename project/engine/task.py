@@ -240,6 +240,10 @@ class Task(L.LightningModule):
                     f"The checkpoint does not fit this model (another model.net?): {name} has shape "
                     f"{tuple(tensor.shape)} in the checkpoint but {tuple(own[name].shape)} here."
                 )
+        # Lightning restores the weights before its precision plugin converts the module (strategy.setup): a
+        # 64-true checkpoint would be rounded through float32 on the way in. Convert first (idempotent).
+        if self._trainer is not None:
+            self.trainer.precision_plugin.convert_module(self)
         # Only when training resumes: loading weights for test/predict leaves the global RNG alone.
         if self._trainer is not None and self.trainer.state.fn == "fit" and "rng_states" in checkpoint:
             restore_rng_state(checkpoint["rng_states"])
