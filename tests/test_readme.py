@@ -1,8 +1,15 @@
 """The README is the manual: what it names exists (tests it cites as proof, config files, make targets, modules)."""
 
 import ast
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
@@ -46,3 +53,166 @@ def test_every_module_the_readme_runs_or_imports_exists() -> None:
     absent = [m for m in sorted(modules) if not (ROOT / (m.replace(".", "/") + ".py")).is_file()
               and not (ROOT / m.replace(".", "/") / "__init__.py").is_file()]  # fmt: skip
     assert not absent, f"the README names modules that do not exist: {absent}"
+
+
+# ---- Every command the README shows, run as far as it goes without training ----------------------------------
+#
+# Each fenced shell line (and each command of the "Scaling out" table) runs for real in a scratch copy of the
+# checkout's layout: `make` runs the real recipe, shell logic included, and the scripts run as they are, but every
+# program they end in (python, pip, torchrun, srun, tensorboard, ...) is a stand-in that records its arguments.
+# Each recorded command is then handed to its own parser: the project's CLI resolves it up to building the classes
+# (every config file exists and composes, every key and value type-checks, the run length is known, a checkpoint
+# fits), and the argparse tools parse their flags.
+# The run directories the README names (`logs/digits/version_0`, ...) are one short run trained here.
+
+FAKE = """#!{python}
+import json, os, sys
+name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+with open(os.environ["RECORD"], "a") as f:
+    f.write(json.dumps([name, args]) + "\\n")
+# What a script reads back from its programs (slurm.sbatch's resolved config, make lock's freeze): the real thing.
+if name == "python" and (args[:1] == ["-c"] or "--print_config" in args):
+    os.execv({python!r}, [{python!r}, *args])
+if name == "pip" and args[:1] == ["freeze"]:
+    os.execv({python!r}, [{python!r}, "-m", "pip", *args])
+"""
+TOOLS = ("python", "pip", "tensorboard", "jupyter", "ruff", "mypy", "pre-commit", "torchrun", "srun", "scontrol")
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _readme_commands() -> list[str]:
+    lines = [
+        line.split("  #")[0].split(" # ")[0].strip()
+        for block in re.findall(r"```bash\n(.*?)```", README, re.S)
+        for line in block.splitlines()
+    ]
+    section = README.split("### Scaling out", 1)[1].split("\n#", 1)[0]
+    scaling = "\n".join(line for line in section.splitlines() if line.startswith("|"))  # its table of launches
+    lines += [c for c in re.findall(r"`([^`]+)`", scaling) if c.startswith(("make ", "python -m", "NNODES=", "sbatch"))]
+    return [line for line in lines if line and not line.startswith("#") and "{" not in line]  # not the synopsis
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """The checkout's layout with the README's placeholders made real: run directories, your config, a sweep's best."""
+    from conftest import fit
+
+    checkout, fake = tmp_path / "checkout", tmp_path / "bin"
+    fake.mkdir()
+    checkout.mkdir()
+    for name in ("configs", "benchmarks", "scripts"):  # copies: a command that writes (make lock) writes here
+        shutil.copytree(ROOT / name, checkout / name, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copy2(ROOT / name, checkout / name)
+    for tool in TOOLS:
+        (fake / tool).write_text(FAKE.format(python=sys.executable))
+        (fake / tool).chmod(0o755)
+    (checkout / ".venv" / "bin").mkdir(parents=True)  # what scripts/slurm.sbatch sources
+    (checkout / ".venv" / "bin" / "activate").write_text(f'export PATH="{fake}:$PATH"\n')
+    (tmp_path / "installed").touch()  # newer than pyproject.toml: make installs nothing
+    run = Path(
+        fit(tmp_path / "trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
+            "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1").trainer.log_dir  # type: ignore[arg-type]
+    )  # fmt: skip
+    for name in ("digits/version_0", "digits/version_3", "images/version_0", "table/version_0", "regression/version_0"):
+        (checkout / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / "logs" / name).symlink_to(run)
+    (checkout / "logs" / "sweeps" / "default").mkdir(parents=True)
+    (checkout / "logs" / "sweeps" / "default" / "best.yaml").write_text((run / "config.yaml").read_text())
+    for mine in ("my_config.yaml", "my.yaml"):  # your own base config: here, a copy of the shipped one
+        (checkout / mine).write_text((ROOT / "configs" / "default.yaml").read_text())
+    return checkout
+
+
+def _record(line: str, checkout: Path, record: Path) -> None:
+    """Runs one README line with the stand-in programs; they append what they were asked to run to ``record``."""
+    import shlex
+
+    words = shlex.split(re.sub(r"<[^>]*>", "0", line))  # NODE_RANK=<0..N-1> MASTER_ADDR=<node 0>: node 0
+    env = {**os.environ, "RECORD": str(record)}
+    while "=" in words[0] and not words[0].startswith("-"):  # NNODES=2 ... scripts/torchrun.sh
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    fake = record.parent / "bin"
+    env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
+    if words[0] == "make":
+        words = [
+            "make",
+            "-f",
+            str(ROOT / "Makefile"),
+            *words[1:],
+            f"BIN={fake}",
+            f"INSTALLED={record.parent / 'installed'}",
+        ]
+    elif words[0] == "python":
+        words = [str(fake / "python"), *words[1:]]
+    elif words[0] == "sbatch":  # as sbatch starts it, on one node of two
+        env.update(SLURM_SUBMIT_DIR=str(checkout), SLURM_JOB_ID="7", SLURM_NNODES="2", SLURM_NTASKS_PER_NODE="4")
+        words = ["bash", *words[1:]]
+    else:
+        words = ["bash", *words]
+    result = subprocess.run(words, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{line}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+
+
+def _parse(name: str, args: list[str], checkout: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Hands one recorded command to its own parser; returns what it was (for the message of a failure)."""
+    import argparse
+    import contextlib
+    import importlib.util
+    import io
+
+    from project.engine.cli import CLI
+
+    if name in ("srun", "torchrun"):  # the launchers run python: srun python -m ..., torchrun ... -m project
+        args = args[1:] if name == "srun" else args[args.index("-m") :]
+        name = "python"
+    if name != "python" or args[:2] == ["-m", "pytest"] or args[0] == "-c":
+        return (
+            "not parsed"  # pip, tensorboard, jupyter, the linters, pytest: their own flags, as the Makefile writes them
+        )
+    monkeypatch.chdir(checkout)
+
+    def parse_then_stop(self: argparse.ArgumentParser, argv: list[str] | None = None, namespace: object = None) -> None:
+        raise _Parsed(original(self, argv, namespace))
+
+    original, out = argparse.ArgumentParser.parse_args, io.StringIO()
+    with pytest.raises((_Parsed, SystemExit)) as stopped, contextlib.redirect_stdout(out):
+        if args[:2] == ["-m", "project"]:  # parsed, type-checked and past the CLI's own checks; nothing built
+            monkeypatch.setattr(CLI, "instantiate_classes", lambda self: (_ for _ in ()).throw(_Parsed()))
+            CLI(args[2:])
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)  # the argparse tools: parse only
+        if args[0] == "-m":
+            module = importlib.import_module(args[1])
+            entry = module if hasattr(module, "main") else importlib.import_module(f"{args[1]}.__main__")
+            entry.main(args[2:])
+        else:  # a script: benchmarks/bench.py
+            spec = importlib.util.spec_from_file_location("readme_script", checkout / args[0])
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            monkeypatch.setattr(sys, "argv", [args[0], *args[1:]])
+            module.main()
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", original)
+    assert stopped.type is _Parsed or stopped.value.code == 0, f"refused: {' '.join(args)}"
+    return "parsed"
+
+
+@pytest.mark.slow
+def test_every_command_the_readme_shows_runs_and_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checkout, record = _checkout(tmp_path), tmp_path / "record.jsonl"
+    commands = _readme_commands()
+    assert len(commands) > 40 and "make train" in commands  # the extraction works
+    problems, parsed = [], 0
+    for line in commands:
+        record.write_text("")
+        try:
+            _record(line, checkout, record)
+            recorded = [json.loads(r) for r in record.read_text().splitlines()]
+            assert recorded or line.startswith("make install"), f"{line}: ran nothing"  # installed already
+            parsed += sum(_parse(name, args, checkout, monkeypatch) == "parsed" for name, args in recorded)
+        except Exception as err:  # every line's problem is reported, not only the first one's
+            problems.append(f"{line}: {str(err).splitlines()[0] if str(err) else err!r}")
+    assert not problems, "README commands that do not work:\n" + "\n".join(problems)
+    assert parsed >= 35  # most lines end in a command that was resolved, not merely run
