@@ -156,7 +156,7 @@ def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> sub
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": str(ROOT / "tests"),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
     }

@@ -242,9 +242,9 @@ class OwnTrainingStep(Classifier):
 
 class Hold(L.Callback):
     """Holds training as epoch ``epoch`` starts until the file ``release`` exists or the run was told to stop
-    (Ctrl-C/SIGTERM, as ``LastCheckpoint`` records it), after touching ``<release>.held-rank<N>``: a test that
-    interrupts a run then knows it is mid-run, whatever the machine's speed, and waits for that state rather than
-    for time."""
+    (Ctrl-C/SIGTERM, as ``LastCheckpoint`` records it), touching ``<release>.held-rank<N>`` and, when it lets go,
+    ``<release>.left-rank<N>``: a test that interrupts a run then knows it is mid-run, whatever the machine's speed,
+    and waits for that state rather than for time."""
 
     def __init__(self, release: str, epoch: int = 1) -> None:
         self.release, self.epoch = Path(release), epoch
@@ -256,6 +256,7 @@ class Hold(L.Callback):
         Path(f"{self.release}.held-rank{trainer.global_rank}").touch()  # the state a test waits for
         while not self.release.exists() and (stopper is None or stopper.signum is None):
             time.sleep(0.05)
+        Path(f"{self.release}.left-rank{trainer.global_rank}").touch()
 
 
 class FillDisk(L.Callback):

@@ -202,7 +202,12 @@ def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) 
 def _two_launches(envs: list[dict[str, str]], args: list[str], logs: Path, timeout: float = 240) -> list[str]:
     """Two processes started side by side (two "nodes" on loopback), their output in files (a full pipe would
     block a rank inside a collective); both killed if either hangs. Returns their outputs; asserts exit 0."""
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT / "tests")}
+    base = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+    }
     logs.mkdir(parents=True, exist_ok=True)
     files = [open(logs / f"node{i}.log", "w+") for i in range(len(envs))]  # noqa: SIM115
     procs = [
@@ -286,7 +291,7 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
     runs: dict, tmp_path: Path
 ) -> None:
     # scripts/slurm.sbatch as sbatch runs it, with srun and scontrol standing in for SLURM: two tasks form one DDP
-    # world with ranks from SLURM_PROCID; SIGTERM to both (preemption) stops every rank at the same step with
+    # world with ranks from SLURM_PROCID; SIGTERM (preemption) stops every rank at the same step with
     # last.ckpt saved (a rank that stopped elsewhere would leave the other in a collective until the timeout);
     # the script requeues the job, and the requeued job (same job id) continues the same run directory from that
     # checkpoint to the end, where the weights equal one process's on the combined batch.
@@ -300,8 +305,9 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
     for tool in ("srun", "scontrol"):
         (bin_ / tool).chmod(0o755)
     port = _free_port_in(15000, 25000)  # SLURMEnvironment's port is 15000 + the job id's last 4 digits
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT / "tests"),
-           "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", "SLURM_SUBMIT_DIR": str(submit),
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+           "SLURM_SUBMIT_DIR": str(submit),
            "SLURM_JOB_ID": str(port - 15000), "SLURM_JOB_NAME": "train", "SLURM_NNODES": "2",
            "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2", "SLURM_NODELIST": "localhost",
            "SRUN_LOGS": str(logs), "SRUN_PIDS": str(tmp_path / "pids")}  # fmt: skip
@@ -320,8 +326,13 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
             assert job.poll() is None, job.communicate()[0][-3000:]
             assert time.monotonic() < deadline, "the ranks never reached epoch 1"
             time.sleep(0.1)
-        for pid in (tmp_path / "pids").read_text().split():
-            os.kill(int(pid), signal.SIGTERM)
+        # SLURM signals every task, but not at one instant: a rank may see it a step before another. Signalled
+        # alone, rank 0 must still stop with rank 1 at the same step (LastCheckpoint's all-reduce of the flag).
+        os.kill(int((tmp_path / "pids").read_text().split()[0]), signal.SIGTERM)
+        while not Path(f"{release}.left-rank0").exists():  # rank 0 took the signal (it lets go of its hold)
+            assert job.poll() is None and time.monotonic() < deadline, "rank 0 did not take the SIGTERM"
+            time.sleep(0.1)
+        release.touch()  # rank 1 goes on, never signalled
         out, _ = job.communicate(timeout=120)
     finally:
         if job.poll() is None:
@@ -334,7 +345,7 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
     run = tmp_path / "logs" / "digits" / f"slurm-{env['SLURM_JOB_ID']}"
     assert [d.name for d in (tmp_path / "logs" / "digits").iterdir()] == [run.name]  # one run directory
 
-    release.touch()  # the requeued job: the same script, the same job id
+    # The requeued job: the same script, the same job id.
     requeued = subprocess.run(script, cwd=scratch_dir(), env={**env, "SLURM_RESTART_COUNT": "1"},
                               capture_output=True, text=True, timeout=240)  # fmt: skip
     assert requeued.returncode == 0, requeued.stdout[-2000:] + (logs / "job1-task0.log").read_text()[-3000:]

@@ -296,3 +296,18 @@ def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
     assert best["epoch"] == 0
     assert all(torch.isfinite(v).all() for v in best["state_dict"].values())
     assert math.isfinite(float(cli.trainer.callback_metrics["test/loss"]))
+
+
+def test_weight_decay_applies_to_weight_matrices_and_kernels_only(tmp_path: Path) -> None:
+    # The ResNet has convolutions, a linear head, BatchNorm and biases: AdamW's decoupled decay must reach the
+    # conv kernels and linear weights, and never a bias or a norm's weight (decaying those to 0 shrinks the
+    # activations' scale for nothing), and every parameter is in exactly one group.
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--model.net=project.nets.ResNet")
+    names = {id(p): n for n, p in cli.model.named_parameters()}
+    decay, no_decay = cli.trainer.optimizers[0].param_groups
+    decayed, not_decayed = {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
+    kinds = {n: type(cli.model.get_submodule(n.rpartition(".")[0])) for n in names.values()}
+    assert decay["weight_decay"] == cli.model.hparams["weight_decay"] > 0 and no_decay["weight_decay"] == 0.0
+    assert decayed == {n for n, k in kinds.items() if n.endswith(".weight") and k in (torch.nn.Conv2d, torch.nn.Linear)}
+    assert not_decayed == set(names.values()) - decayed
+    assert any(k is torch.nn.BatchNorm2d for n, k in kinds.items() if n in not_decayed)

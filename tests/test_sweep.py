@@ -56,7 +56,7 @@ def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
         "PYTHONWARNINGS": "ignore",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
-        "PYTHONPATH": str(ROOT / "tests"),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
     }  # fmt: skip (probes importable)
     return subprocess.Popen(
         [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
