@@ -13,7 +13,8 @@ SWEEP ?= configs/sweeps/default.yaml
 WORKERS ?= 1
 # Test processes (pytest-xdist): one per CPU core, at most 4; TEST_WORKERS=0 runs the tests in one process.
 TEST_WORKERS ?= auto
-# Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build.
+# Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
+# (make install TORCH_SPEC=... also switches an existing .venv to it).
 TORCH_SPEC ?=
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
 LOCKED ?=
@@ -24,7 +25,7 @@ INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +41,7 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	touch $@
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned)
+	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
@@ -92,6 +94,9 @@ runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status,
 tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"
 	$(BIN)/tensorboard --logdir $(LOGS) --host 127.0.0.1 --port $(PORT)
+
+mutants: $(INSTALLED) ## delete or perturb each engine mechanic in a scratch copy and run its tests: the survivors (a few minutes)
+	$(BIN)/python scripts/mutants.py $(ARGS)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)

@@ -1,19 +1,36 @@
 """Fail, naming them, when notebooks carry outputs or execution counts (a pre-commit hook: notebooks are
-committed clean, so diffs show code, not images). Strip them with
-`jupyter nbconvert --clear-output --inplace notebooks/*.ipynb`."""
+committed clean, so diffs show code, not images). ``--clear`` strips them in place:
+`python scripts/check_notebooks.py --clear notebooks/*.ipynb` (plain JSON: nothing to install)."""
 
 import json
 import sys
 
 
+def _code_cells(notebook: dict) -> list[dict]:
+    return [c for c in notebook.get("cells", []) if c["cell_type"] == "code"]
+
+
 def has_outputs(path: str) -> bool:
     with open(path) as handle:
-        cells = json.load(handle).get("cells", [])
-    return any(c.get("outputs") or c.get("execution_count") is not None for c in cells if c["cell_type"] == "code")
+        cells = _code_cells(json.load(handle))
+    return any(c.get("outputs") or c.get("execution_count") is not None for c in cells)
+
+
+def clear(path: str) -> None:
+    with open(path) as handle:
+        notebook = json.load(handle)
+    for cell in _code_cells(notebook):
+        cell["outputs"], cell["execution_count"] = [], None
+    with open(path, "w") as handle:  # as Jupyter writes notebooks: indent 1, UTF-8 as is, a final newline
+        handle.write(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":
-    dirty = [path for path in sys.argv[1:] if has_outputs(path)]
+    paths = [p for p in sys.argv[1:] if p != "--clear"]
+    if "--clear" in sys.argv[1:]:
+        for path in paths:
+            clear(path)
+    dirty = [path for path in paths if has_outputs(path)]
     for path in dirty:
-        print(f"{path}: has outputs; strip them: jupyter nbconvert --clear-output --inplace {path}")
+        print(f"{path}: has outputs; strip them: python scripts/check_notebooks.py --clear {path}")
     sys.exit(1 if dirty else 0)

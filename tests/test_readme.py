@@ -46,6 +46,15 @@ def test_every_make_target_the_readme_runs_exists() -> None:
     assert used <= targets, f"the README runs make targets the Makefile lacks: {sorted(used - targets)}"
 
 
+def test_the_makefile_section_names_every_target_and_variable() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z][\w-]*):.*##", makefile, re.M))
+    variables = set(re.findall(r"^([A-Z_]+) \?=", makefile, re.M))
+    section = README.split("## Makefile", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([\w-]+)`", section))
+    assert targets <= named and variables <= named, sorted((targets | variables) - named)
+
+
 def test_every_module_the_readme_runs_or_imports_exists() -> None:
     modules = set(re.findall(r"python -m (project[\w.]*)", README)) | set(
         re.findall(r"from (project[\w.]*) import", README)

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,22 @@ def test_the_pre_commit_hooks_pass_on_the_repository(tmp_path: Path) -> None:
     assert re.search(r"notebooks are committed without outputs\.+Passed", result.stdout), result.stdout
 
 
-def test_the_notebook_hook_names_a_notebook_with_outputs(tmp_path: Path) -> None:
-    from check_notebooks import has_outputs
-
+def test_the_notebook_hook_names_a_notebook_with_outputs_and_clears_it(tmp_path: Path) -> None:
+    hook = [sys.executable, str(ROOT / "scripts" / "check_notebooks.py")]
     clean = tmp_path / "clean.ipynb"
     clean.write_text('{"cells": [{"cell_type": "code", "outputs": [], "execution_count": null, "source": []}]}')
     ran = tmp_path / "ran.ipynb"
-    ran.write_text('{"cells": [{"cell_type": "code", "outputs": [{"text": "1"}], "execution_count": 1}]}')
-    assert not has_outputs(str(clean)) and has_outputs(str(ran))
+    ran.write_text('{"cells": [{"cell_type": "code", "outputs": [{"text": "1"}], "execution_count": 1, "source": []}]}')
+    checked = subprocess.run([*hook, str(clean), str(ran)], capture_output=True, text=True)
+    assert checked.returncode == 1 and checked.stdout.splitlines() == [
+        f"{ran}: has outputs; strip them: python scripts/check_notebooks.py --clear {ran}"
+    ]
+    # The README's way to clear them (no Jupyter needed); a committed notebook comes out byte for byte the same.
+    committed = tmp_path / "committed.ipynb"
+    committed.write_bytes((ROOT / "notebooks" / "02_inspect_run.ipynb").read_bytes())
+    assert subprocess.run([*hook, "--clear", str(ran), str(committed)]).returncode == 0
+    assert subprocess.run([*hook, str(ran)]).returncode == 0
+    assert committed.read_bytes() == (ROOT / "notebooks" / "02_inspect_run.ipynb").read_bytes()
 
 
 def test_the_ci_workflow_runs_the_readme_commands_on_the_cpu_build() -> None:

@@ -1,0 +1,151 @@
+"""`make mutants`: does each guarantee's test fail when its mechanic is removed?
+
+Each mutant below deletes or perturbs one line of an engine mechanic. For each, the repository is copied to a
+scratch directory, the mutant applied there (never in your checkout), and the tests that guard the mechanic run
+against the copy (subprocesses too: the suite imports the checkout it runs from). A mutant the tests still pass
+on is a *survivor*: a guarantee that nothing proves. Exit status 1 if any survived.
+
+    python scripts/mutants.py              # every mutant (a few minutes)
+    python scripts/mutants.py --only warmup tail-window
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Mutant(NamedTuple):
+    name: str
+    file: str
+    original: str  # must occur exactly once in the file
+    mutated: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = (
+    Mutant("warmup-is-linear", "project/engine/schedule.py",
+           "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
+           ("tests/test_schedule.py",)),
+    Mutant("cosine-decay", "project/engine/schedule.py",
+           "0.5 * (1.0 + math.cos(math.pi * progress))", "(1.0 - progress)",
+           ("tests/test_schedule.py",)),
+    Mutant("longer-resume-replans-the-schedule", "project/engine/schedule.py",
+           "            self.warmup_steps, self.total_steps = planned", "            pass",
+           ("tests/test_resume.py::test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length",)),
+    Mutant("accumulation-tail-window", "project/engine/task.py",
+           "        return k / window", "        return 1.0",
+           ("tests/test_mechanics.py::test_accumulation_equals_the_large_batch_including_the_partial_last_window",)),
+    Mutant("weight-decay-on-matrices-only", "project/engine/task.py",
+           '{"params": no_decay, "weight_decay": 0.0}', '{"params": no_decay, "weight_decay": 1e-4}',
+           ("tests/test_mechanics.py::test_weight_decay_applies_to_weight_matrices_and_kernels_only",)),
+    Mutant("grad-norm-before-clipping", "project/engine/task.py",
+           "norm = torch.nn.utils.get_total_norm(grads)", "norm = torch.nn.utils.get_total_norm(grads).clamp(max=1.0)",
+           ("tests/test_mechanics.py::test_grad_norm_is_logged_on_logging_steps_only_with_the_true_value",)),
+    Mutant("rng-state-restored-on-resume", "project/engine/task.py",
+           '            restore_rng_state(checkpoint["rng_states"])', "            pass",
+           ("tests/test_resume.py::test_resumed_run_equals_the_uninterrupted_one[epoch-boundary]",)),
+    Mutant("float64-weights-restored-whole", "project/engine/task.py",
+           "            self.trainer.precision_plugin.convert_module(self)", "            pass",
+           ("tests/test_resume.py::test_resumed_run_equals_the_uninterrupted_one[sigint-float64]",)),
+    Mutant("eval-loss-is-a-per-sample-mean", "project/engine/task.py",
+           "loss_metric.update(self.loss(outputs, y))", "loss_metric.update(self.loss(outputs, y).mean())",
+           ("tests/test_train.py::test_default_config_learns_and_writes_a_complete_run",)),
+    Mutant("eval-sampler-unpadded", "project/engine/datamodule.py",
+           "return iter(range(self.rank, len(self.dataset), self.num_replicas))", "return super().__iter__()",
+           ("tests/test_data.py::test_unpadded_eval_sampler_sees_every_sample_exactly_once",)),
+    Mutant("mid-epoch-resume-skips-consumed-batches", "project/engine/resumable.py",
+           "return itertools.islice(super().__iter__(), skip, None)", "return super().__iter__()",
+           ("tests/test_resume.py::test_resumed_run_equals_the_uninterrupted_one[mid-epoch]",)),
+    Mutant("every-rank-stops-at-the-same-step", "project/engine/last_checkpoint.py",
+           "stop = trainer.strategy.reduce_boolean_decision(stop, all=False)", "pass",
+           ("tests/test_ddp.py::test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_requeue_finishes",)),
+    Mutant("checkpoint-written-atomically", "project/engine/checkpoints.py",
+           'tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")', "tmp = path",
+           ("tests/test_crash_safety.py::test_atomic_save_replaces_in_the_same_directory_and_never_truncates",)),
+    Mutant("checkpoints-load-weights-only", "project/engine/checkpoints.py",
+           'checkpoint = torch.load(path, map_location="cpu", weights_only=True)',
+           'checkpoint = torch.load(path, map_location="cpu", weights_only=False)',
+           ("tests/test_crash_safety.py::test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs",)),
+    Mutant("provenance-never-copies-secrets", "project/engine/provenance.py",
+           "if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):", "if False:",
+           ("tests/test_provenance.py::test_the_patch_never_copies_a_secret_and_lists_what_it_leaves_out",)),
+    Mutant("best-checkpoint-follows-the-tasks-metric", "project/engine/monitored.py",
+           "            self.monitor, self.mode = _judged_by(pl_module)\n            self.kth_value",
+           '            self.monitor, self.mode = "val/loss", "min"\n            self.kth_value',
+           ("tests/test_tasks.py::test_the_regressor_is_judged_and_predicts_in_its_targets_units",)),
+    Mutant("distributed-sampler-refused", "project/engine/cli.py",
+           "        if trainer.use_distributed_sampler:", "        if False:",
+           ("tests/test_config.py::test_bad_input_exits_non_zero_naming_the_key",)),
+    Mutant("profile-reported-when-the-run-ends-early", "project/engine/profiling.py",
+           "        if self._profiler is not None:  # the run ended inside the window", "        if False:",
+           ("tests/test_observability.py::test_profile_writes_a_chrome_trace_and_reports_the_top_ops",)),
+)  # fmt: skip
+
+
+def _copy_of_the_checkout(into: Path) -> Path:
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for name in files.stdout.split("\0"):
+        if name and (ROOT / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, into / name)
+    return into
+
+
+def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
+    """(outcome, seconds, last lines): killed (a test failed), survived (they all passed) or broken."""
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as scratch:
+        copy = _copy_of_the_checkout(Path(scratch))
+        target = copy / mutant.file
+        source = target.read_text()
+        if source.count(mutant.original) != 1:
+            return "broken", 0.0, f"{mutant.file} does not hold its line exactly once: {mutant.original!r}"
+        target.write_text(source.replace(mutant.original, mutant.mutated))
+        env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+        for key in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS"):
+            env.pop(key, None)
+        start = time.monotonic()
+        tests = [str(copy / t) for t in mutant.tests]
+        result = subprocess.run(
+            [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *tests],
+            cwd=copy, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        seconds = time.monotonic() - start
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
+        if result.returncode == 0:
+            return "survived", seconds, tail
+        if result.returncode == 1 and "failed" in result.stdout:  # pytest: tests ran and one failed
+            return "killed", seconds, tail
+        return "broken", seconds, tail  # collection error, no test selected, ...
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants (names as listed)")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.only and len(chosen) != len(args.only):
+        known = ", ".join(m.name for m in MUTANTS)
+        print(f"error: --only {' '.join(args.only)}: unknown mutant name; known: {known}", file=sys.stderr)
+        return 2
+    outcomes = []
+    for mutant in chosen:
+        outcome, seconds, tail = run(mutant, sys.executable)
+        outcomes.append(outcome)
+        print(f"{outcome:9} {seconds:6.1f} s  {mutant.name}  ({mutant.file})", flush=True)
+        if outcome != "killed":
+            print("          " + tail.replace("\n", "\n          "), flush=True)
+    survived, broken = outcomes.count("survived"), outcomes.count("broken")
+    print(f"{len(chosen)} mutants: {outcomes.count('killed')} killed, {survived} survived, {broken} broken")
+    return 1 if survived or broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
