@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import DIGITS, fit, scalars
+from conftest import DIGITS, ROOT, fit, scalars
 from probes import Crash
 
 from project.engine.last_checkpoint import Interrupted
 
 EPOCHS, BATCHES = 3, 10  # 30 optimizer steps
+FP16_CPU = str(ROOT / "tests" / "configs" / "fp16_cpu.yaml")
 RUN = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
        "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")  # fmt: skip
 
@@ -62,6 +63,8 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     # float64 weights: Lightning restores them before converting the module to float64, which rounded them
     # through float32 (~1e-8 off after the resume) until the task converts first.
     "sigint-float64": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0, ("--trainer.precision=64-true",)),
+    # float16 autocast with a GradScaler whose scale grows every 2 steps: its state must come back with the run.
+    "sigint-fp16-loss-scaling": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0, ("--config", FP16_CPU)),
 }
 
 
@@ -74,6 +77,11 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     resumed = _interrupted_then_resumed(tmp_path / "resumed", every, crash, workers, flags)
 
     expected, got = _final_weights(straight / "digits" / "version_0"), _final_weights(resumed)
+    straight_last = torch.load(straight / "digits" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    resumed_last = torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)
+    if "MixedPrecision" in straight_last:  # the scaler's scale and growth tracker, as if never interrupted
+        assert straight_last["MixedPrecision"]["scale"] > 1024.0  # it grew: a fresh scaler would differ
+        assert resumed_last["MixedPrecision"] == straight_last["MixedPrecision"]
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
     a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)

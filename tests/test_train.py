@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 from conftest import DEBUG, DIGITS, accuracy, fit, scalars
 
@@ -63,6 +64,13 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     assert accuracy(model, *dm.split_tensors("val")) == pytest.approx(max(val_acc), abs=1e-6)
     (test_acc,) = [v for _, v in logged["test/acc"]]
     assert accuracy(model, *dm.split_tensors("test")) == pytest.approx(test_acc, abs=1e-6)
+    # test/loss is the mean over samples, not a mean of batch means: batches of 64 leave a last one of 14 of the
+    # 270, which a mean of batch means would weight as a full one. float32 sums of 270 terms round at ~1e-7.
+    images, labels = dm.split_tensors("test")
+    assert len(labels) % dm.hparams["batch_size"] == 14
+    with torch.no_grad():
+        by_hand = F.cross_entropy(model.eval()(images), labels).item()
+    assert [v for _, v in logged["test/loss"]] == [pytest.approx(by_hand, rel=1e-5)]
     out = capsys.readouterr().out
     assert f"Run directory: {run}" in out
     assert f"Test of {ckpt_dir / 'best.ckpt'}: test/acc={test_acc:.4f}" in out
