@@ -169,7 +169,8 @@ class UNet(nn.Module):
                 f"must be divisible by {2**depth}, got {height}x{width} (change data.image_size or the depth)."
             )
         widths = [channels * 2**level for level in range(depth + 1)]
-        self.down = nn.ModuleList(_conv_block(a, b) for a, b in zip([in_channels, *widths[:-2]], widths[:-1]))
+        inputs = [in_channels, *widths[:-2]]
+        self.down = nn.ModuleList(_conv_block(a, b) for a, b in zip(inputs, widths[:-1], strict=True))
         self.pool = nn.MaxPool2d(2)
         self.bottom = _conv_block(widths[-2], widths[-1])
         self.up = nn.ModuleList(nn.ConvTranspose2d(w, w // 2, 2, stride=2) for w in reversed(widths[1:]))

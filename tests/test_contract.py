@@ -2,8 +2,8 @@
 ``configs/default.yaml`` selects ("default": after you swap in your own task, DataModule or net, these say whether
 it keeps them), and against a generated fixture for each shipped task: classification of an image folder
 ("images"), regression on a CSV table ("regression"), the README's one-file custom task, multi-label
-classification ("multilabel"), and semantic segmentation of an image folder with masks ("segmentation"). Nothing here knows which task it runs: each test reads what the task and the
-DataModule declare.
+classification ("multilabel"), and semantic segmentation of images with masks ("segmentation"). Nothing here
+knows which task it runs: each test reads what the task and the DataModule declare.
 
 Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
 versions of each guarantee run on digits in the other test files.
