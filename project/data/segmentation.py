@@ -157,6 +157,7 @@ class SegmentationFolderDataModule(DataModule):
                 f"data.root={root!r}: the masks hold {len(self.target_names)} class(es); at least 2 are needed."
             )
         self.input_shape = (1 if grayscale else 3, *self.size)
+        self.ignore_index = ignore_index  # the task checks that it ignores the same value
         self.predict_sizes: list[tuple[int, int]] | None = None
 
     def load_dataset(self) -> Dataset:
