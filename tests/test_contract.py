@@ -275,9 +275,10 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-4 * scale)
 
 
-# On the default subject and the regression fixture (~15 s a kernel): the notebook's two branches, classes and
-# values; its data-specific parts, show() and the target names, are checked on every subject above.
-@pytest.mark.parametrize("subject", ["default", "regression"], indirect=True)
+# On the default subject, the regression and the segmentation fixtures (~15 s a kernel): the notebook's three
+# branches, a class per input, values, and a class per pixel; its data-specific parts, show() and the target names,
+# are checked on every subject above.
+@pytest.mark.parametrize("subject", ["default", "regression", "segmentation"], indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from test_notebooks import _execute, _images, _text
 

@@ -126,9 +126,10 @@ def _spoil(root: Path, case: str) -> tuple[Path, str]:
     if case == "rgb-mask":
         Image.new("RGB", (16, 16)).save(root / "masks" / "0001.png")
         return root / "masks" / "0001.png", "is a RGB image; a mask must be single-channel"
-    if case == "unreadable-image":
-        (root / "images" / "0004.png").write_bytes(b"\x89PNG\r\n\x1a\n but not really")
-        return root / "images" / "0004.png", "is not a readable image"
+    if case == "unreadable-image":  # cut short, as by an interrupted copy: its header still reads
+        path = root / "images" / "0004.png"
+        path.write_bytes(path.read_bytes()[:-40])
+        return path, "is not a readable image"
     assert case == "unreadable-mask"
     (root / "masks" / "0004.png").write_bytes(b"not a png")
     return root / "masks" / "0004.png", "is not a readable mask image"
