@@ -126,6 +126,9 @@ def _spoil(root: Path, case: str) -> tuple[Path, str]:
     if case == "rgb-mask":
         Image.new("RGB", (16, 16)).save(root / "masks" / "0001.png")
         return root / "masks" / "0001.png", "is a RGB image; a mask must be single-channel"
+    if case == "two-images-one-mask":
+        shutil.copy(root / "images" / "0007.png", root / "images" / "0007.jpg")
+        return root / "images" / "0007.png", "and '0007.jpg' share a name: a mask belongs to one image"
     if case == "unreadable-image":  # cut short, as by an interrupted copy: its header still reads
         path = root / "images" / "0004.png"
         path.write_bytes(path.read_bytes()[:-40])
@@ -136,7 +139,7 @@ def _spoil(root: Path, case: str) -> tuple[Path, str]:
 
 
 CASES = ["image-without-mask", "mask-without-image", "size-mismatch", "value-beyond-the-classes", "rgb-mask",
-         "unreadable-image", "unreadable-mask"]  # fmt: skip
+         "two-images-one-mask", "unreadable-image", "unreadable-mask"]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES)

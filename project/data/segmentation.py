@@ -118,7 +118,14 @@ class SegmentationFolderDataModule(DataModule):
                 f"data.root={root!r}: expected the folders {root}/images (the pictures) and {root}/masks (one PNG "
                 "of class indices per picture, of the same name)."
             )
-        images = {p.stem: p for p in sorted(images_dir.iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES}
+        images: dict[str, Path] = {}
+        for path in sorted(p for p in images_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
+            if path.stem in images:  # both would claim the one mask of that name
+                raise ConfigError(
+                    f"{str(path)!r} and {images[path.stem].name!r} share a name: a mask belongs to one image (rename "
+                    "one)."
+                )
+            images[path.stem] = path
         masks = {p.stem: p for p in sorted(masks_dir.iterdir()) if p.suffix.lower() == ".png"}
         for stem, path in images.items():
             if stem not in masks:
