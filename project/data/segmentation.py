@@ -3,8 +3,9 @@ where a mask's pixel value is the class index of that pixel (a grayscale or pale
 
 Class names come from ``root/classes.txt`` (one per line, in index order) when it exists, else they are
 ``0 .. K-1`` with K the largest mask value + 1. Every pair is checked when the DataModule is built (the masks are
-read once, each image checked whole by Pillow's verify without being decoded), so a missing partner, a size mismatch, a value outside the classes or an
-unreadable file stops the run before anything starts, in one sentence naming the file. Images are decoded by the
+read once, each image checked whole by Pillow's verify without being decoded), so a missing partner, a size
+mismatch, a value outside the classes or an unreadable file stops the run before anything starts, in one sentence
+naming the file. Images are decoded by the
 DataModule's workers as ``images.py`` decodes them, resized to ``image_size`` (masks by nearest neighbour, so
 they keep their class values); ``augment`` flips training pairs, image and mask together.
 ``predict`` reads one image or a folder of them and keeps each one's name and original size, so that the masks
