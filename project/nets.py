@@ -4,6 +4,7 @@ here and select it in the config with ``model.init_args.net.class_path``."""
 
 import math
 
+import torch
 from torch import Tensor, nn
 
 from project.engine.errors import ConfigError
@@ -130,3 +131,59 @@ class ResNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.features(x))
+
+
+def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
+    """Two 3x3 conv-GroupNorm-ReLU layers. GroupNorm normalises each sample over itself, never over the batch, so
+    accumulation and DDP give the big batch's gradient exactly (README, Scaling out)."""
+    layers: list[nn.Module] = []
+    for channels in (in_channels, out_channels):
+        layers += [
+            nn.Conv2d(channels, out_channels, 3, padding=1, bias=False),
+            nn.GroupNorm(math.gcd(out_channels, 8), out_channels),
+            nn.ReLU(),
+        ]
+    return nn.Sequential(*layers)
+
+
+class UNet(nn.Module):
+    """A small U-Net for segmentation: ``depth`` times (a conv block, then a 2x2 max-pool halving the resolution and
+    doubling the width from ``channels``), a conv block at the bottom, then as many times (a 2x2 transposed conv
+    doubling the resolution, the encoder's features of that resolution concatenated, a conv block), and a 1x1 conv
+    giving ``num_outputs`` logits per pixel: outputs shaped (batch, num_outputs, H, W) for inputs (batch, C, H, W).
+
+    Any H and W divisible by 2**depth. It upsamples with transposed convolutions, not bilinear interpolation, whose
+    backward has no deterministic CUDA kernel (``trainer.deterministic: true``)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, channels: int = 16, depth: int = 2) -> None:
+        super().__init__()
+        if len(input_shape) != 3:
+            raise ConfigError(f"UNet needs images shaped (channels, height, width), got input_shape={input_shape}.")
+        for key, value in (("channels", channels), ("depth", depth)):
+            if value < 1:
+                raise ConfigError(f"model.net.init_args.{key}={value!r}: must be >= 1.")
+        in_channels, height, width = input_shape
+        if height % 2**depth or width % 2**depth:
+            raise ConfigError(
+                f"UNet with model.net.init_args.depth={depth} halves the image {depth} times: its height and width "
+                f"must be divisible by {2**depth}, got {height}x{width} (change data.image_size or the depth)."
+            )
+        widths = [channels * 2**level for level in range(depth + 1)]
+        inputs = [in_channels, *widths[:-2]]
+        self.down = nn.ModuleList(_conv_block(a, b) for a, b in zip(inputs, widths[:-1], strict=True))
+        self.pool = nn.MaxPool2d(2)
+        self.bottom = _conv_block(widths[-2], widths[-1])
+        self.up = nn.ModuleList(nn.ConvTranspose2d(w, w // 2, 2, stride=2) for w in reversed(widths[1:]))
+        self.merge = nn.ModuleList(_conv_block(w, w // 2) for w in reversed(widths[1:]))
+        self.head = nn.Conv2d(channels, num_outputs, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        skips = []
+        for block in self.down:
+            x = block(x)
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottom(x)
+        for up, merge, skip in zip(self.up, self.merge, reversed(skips), strict=True):
+            x = merge(torch.cat([up(x), skip], dim=1))
+        return self.head(x)

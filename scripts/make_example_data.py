@@ -1,7 +1,8 @@
 """Example data in the everyday shapes, to try ``configs/data/images.yaml``, ``configs/data/csv.yaml`` and
 ``configs/tasks/*.yaml``:
 
-    python scripts/make_example_data.py  # data/images/{circle,square,triangle}/*.png, data/{table,regression,tags}.csv
+    python scripts/make_example_data.py  # data/images/{circle,square,triangle}/*.png, data/{table,regression,tags}.csv,
+                                         # data/segmentation/{images,masks}/*.png + classes.txt
 
 - images: RGB pictures of a circle, a square or a triangle of random size, position and colour on a noisy
   background, one subfolder per class (what ``ImageFolderDataModule`` reads);
@@ -10,7 +11,10 @@
 - regression: scikit-learn's diabetes table (442 rows, 10 numeric features in their own units, target
   ``progression``, a real number from 25 to 346), for ``configs/tasks/regression.yaml``;
 - tags: 8 numeric features and 3 yes/no columns (``tag_a``, ``tag_b``, ``tag_c``), each a noisy linear rule of
-  the features, for ``configs/tasks/multilabel.yaml``.
+  the features, for ``configs/tasks/multilabel.yaml``;
+- segmentation: 200 RGB pictures of 1 to 3 circles, squares and triangles on a noisy background, each with its
+  mask of class indices (0 background, 1 circle, 2 square, 3 triangle) and ``classes.txt``, for
+  ``configs/tasks/segmentation.yaml`` (what ``SegmentationFolderDataModule`` reads).
 The tests use the same functions with small sizes.
 """
 
@@ -45,6 +49,37 @@ def write_shapes(root: str | Path, per_class: int = 200, size: int = 32, seed: i
             else:
                 draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=colour)
             image.save(root / name / f"{i:04d}.png")
+    return root
+
+
+def write_segmentation(root: str | Path, count: int = 200, size: int = 32, seed: int = 0) -> Path:
+    """``count`` RGB pictures of 1 to 3 shapes (circles, squares, triangles: classes 1-3, the background 0) of random
+    size, position and colour on a noisy background, with their masks of class indices and classes.txt."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "masks").mkdir(parents=True, exist_ok=True)
+    (root / "classes.txt").write_text("\n".join(("background", *SHAPES)) + "\n")
+    for i in range(count):
+        noise = rng.normal(0, 12, (size, size, 3))
+        image = Image.fromarray(np.clip(rng.integers(128, 256, 3) + noise, 0, 255).astype(np.uint8), "RGB")
+        mask = Image.new("L", (size, size), 0)
+        for _ in range(rng.integers(1, 4)):  # later shapes cover earlier ones, in the mask as in the picture
+            label = int(rng.integers(1, len(SHAPES) + 1))
+            r = rng.uniform(0.12, 0.3) * size
+            cx, cy = rng.uniform(r, size - r, 2)
+            colour = tuple(int(c) for c in rng.integers(0, 100, 3))
+            for canvas, fill in ((ImageDraw.Draw(image), colour), (ImageDraw.Draw(mask), label)):
+                if SHAPES[label - 1] == "circle":
+                    canvas.ellipse((cx - r, cy - r, cx + r, cy + r), fill=fill)
+                elif SHAPES[label - 1] == "square":
+                    canvas.rectangle((cx - r, cy - r, cx + r, cy + r), fill=fill)
+                else:
+                    canvas.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=fill)
+        image.save(root / "images" / f"{i:04d}.png")
+        mask.save(root / "masks" / f"{i:04d}.png")
     return root
 
 
@@ -92,7 +127,7 @@ def write_tags(path: str | Path, rows: int = 600, seed: int = 0) -> Path:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="data", help="folder to write images/ and table.csv into")
+    parser.add_argument("--out", default="data", help="folder to write images/, segmentation/ and the CSV files into")
     parser.add_argument("--per-class", type=int, default=200)
     parser.add_argument("--size", type=int, default=32)
     args = parser.parse_args()
@@ -100,3 +135,4 @@ if __name__ == "__main__":
     print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
     print(f"Wrote {write_diabetes(Path(args.out) / 'regression.csv')}")
     print(f"Wrote {write_tags(Path(args.out) / 'tags.csv')}")
+    print(f"Wrote {write_segmentation(Path(args.out) / 'segmentation', size=args.size)}/")

@@ -21,6 +21,7 @@ IMAGES = str(ROOT / "tests" / "configs" / "images.yaml")  # over DIGITS, with --
 TABLE = str(ROOT / "tests" / "configs" / "table.yaml")  # over DIGITS, with --data.path=<table_csv>
 REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS, with --data.path=<regression_csv>
 MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
+SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
 
 # What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
@@ -105,6 +106,15 @@ def tags_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from make_example_data import write_tags
 
     return write_tags(tmp_path_factory.mktemp("data") / "tags.csv")
+
+
+@pytest.fixture(scope="session")
+def segmentation_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """64 RGB 16x16 PNGs of 1-3 shapes in images/, their masks (0 background, 1 circle, 2 square, 3 triangle) in
+    masks/, and classes.txt."""
+    from make_example_data import write_segmentation
+
+    return write_segmentation(tmp_path_factory.mktemp("data") / "segmentation", count=64, size=16)
 
 
 def scratch_dir() -> Path:

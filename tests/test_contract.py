@@ -1,9 +1,9 @@
 """The contract suite: the template's key guarantees, run against the task, data and net that
 ``configs/default.yaml`` selects ("default": after you swap in your own task, DataModule or net, these say whether
 it keeps them), and against a generated fixture for each shipped task: classification of an image folder
-("images"), regression on a CSV table ("regression"), and the README's one-file custom task, multi-label
-classification ("multilabel"). Nothing here knows which task it runs: each test reads what the task and the
-DataModule declare.
+("images"), regression on a CSV table ("regression"), the README's one-file custom task, multi-label
+classification ("multilabel"), and semantic segmentation of images with masks ("segmentation"). Nothing here
+knows which task it runs: each test reads what the task and the DataModule declare.
 
 Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
 versions of each guarantee run on digits in the other test files.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS, IMAGES, MULTILABEL, REGRESSION, ROOT, USER_DEFAULT, fit, run_module, scalars
+from conftest import DIGITS, IMAGES, MULTILABEL, REGRESSION, ROOT, SEGMENTATION, USER_DEFAULT, fit, run_module, scalars
 from probes import Recorder
 
 from project.engine.cli import CLI, main
@@ -26,13 +26,13 @@ from project.engine.last_checkpoint import Interrupted
 from project.engine.task import Task
 
 pytestmark = pytest.mark.slow
-SUBJECTS = ("default", "images", "regression", "multilabel")
+SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation")
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
 
 
 @pytest.fixture(scope="module", params=SUBJECTS)
 def subject(
-    request: pytest.FixtureRequest, image_folder: Path, regression_csv: Path, tags_csv: Path
+    request: pytest.FixtureRequest, image_folder: Path, regression_csv: Path, tags_csv: Path, segmentation_folder: Path
 ) -> tuple[str, ...]:
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
     return {
@@ -40,6 +40,7 @@ def subject(
         "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),
         "regression": ("--config", DIGITS, "--config", REGRESSION, f"--data.path={regression_csv}"),
         "multilabel": ("--config", DIGITS, "--config", MULTILABEL, f"--data.path={tags_csv}"),
+        "segmentation": ("--config", DIGITS, "--config", SEGMENTATION, f"--data.root={segmentation_folder}"),
     }[request.param]
 
 
@@ -86,15 +87,18 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
     x, y = dm.train_set[0]
     assert x.shape == dm.input_shape and x.dtype == torch.float32
     inputs, targets = dm.split_tensors("val")
-    if dm.target_kind == "classes":  # int64 class indices, at least two classes
-        assert len(names) >= 2 and y.dtype == torch.int64 and y.shape == ()
+    if dm.target_kind == "classes":  # int64 class indices, at least two classes: one per sample, or one per pixel
+        assert len(names) >= 2 and y.dtype == torch.int64 and y.shape in ((), x.shape[1:])
         assert targets.dtype == torch.int64 and ((targets >= 0) & (targets < len(names))).all()
+        assert targets.shape == (len(inputs), *y.shape)
+        outputs = (3, len(names), *y.shape)  # one logit per class, for the sample or for each of its pixels
     else:  # one float32 value per name, never cast to an integer
         assert y.dtype == torch.float32 and y.shape == (len(names),)
         assert targets.dtype == torch.float32 and targets.shape == (len(inputs), len(names))
-    # The net has one output per target name.
+        outputs = (3, len(names))
+    # The net has one output per target name (per pixel, for a class map).
     with torch.no_grad():
-        assert task.eval()(dm.normalize(inputs[:3])).shape == (3, len(names))
+        assert task.eval()(dm.normalize(inputs[:3])).shape == outputs
     # The normalisation, if any, is the training split's own: normalised training inputs have mean 0 and std 1
     # per channel (feature), to float64 rounding of the sums (relative 1e-6 leaves room for float32 inputs).
     stats = dm.normalization
@@ -173,8 +177,9 @@ def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: P
 
 
 # Not on the multi-label fixture: its task differs from the regressor's only in its loss and metrics (same data
-# path, same float targets), and a DDP launch costs ~20 s.
-@pytest.mark.parametrize("subject", ["default", "images", "regression"], indirect=True)
+# path, same float targets), and a DDP launch costs ~20 s. On the segmentation fixture: the UNet's GroupNorm is
+# what makes 2 x B equal 1 x 2B there.
+@pytest.mark.parametrize("subject", ["default", "images", "regression", "segmentation"], indirect=True)
 def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
     common = ("--trainer.precision=64-true", "--trainer.max_steps=3", "--trainer.max_epochs=1",
               "--trainer.limit_val_batches=0", "--trainer.accelerator=cpu", "--data.num_workers=0",
@@ -271,9 +276,10 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-4 * scale)
 
 
-# On the default subject and the regression fixture (~15 s a kernel): the notebook's two branches, classes and
-# values; its data-specific parts, show() and the target names, are checked on every subject above.
-@pytest.mark.parametrize("subject", ["default", "regression"], indirect=True)
+# On the default subject, the regression and the segmentation fixtures (~15 s a kernel): the notebook's three
+# branches, a class per input, values, and a class per pixel; its data-specific parts, show() and the target names,
+# are checked on every subject above.
+@pytest.mark.parametrize("subject", ["default", "regression", "segmentation"], indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from test_notebooks import _execute, _images, _text
 

@@ -4,6 +4,7 @@ a new file and select it with ``data.class_path`` in the config."""
 
 from project.data.digits import DigitsDataModule
 from project.data.images import ImageFolderDataModule
+from project.data.segmentation import SegmentationFolderDataModule
 from project.data.table import CSVDataModule
 
-__all__ = ["CSVDataModule", "DigitsDataModule", "ImageFolderDataModule"]
+__all__ = ["CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "SegmentationFolderDataModule"]

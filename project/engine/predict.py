@@ -13,7 +13,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 class CSVPredictionWriter(BasePredictionWriter):
     """Writes ``index, [input,] <the task's columns>`` per input, in input order (one process): the task's
     ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values in
-    the targets' units); ``input`` is the file the input came from, when the DataModule knows it."""
+    the targets' units); ``input`` is the file the input came from, when the DataModule knows it. Files a prediction
+    has beside its row (a segmentation's masks) are the task's ``write_prediction_files``, into the CSV's folder."""
 
     def __init__(self, output: str = "predictions.csv") -> None:
         super().__init__(write_interval="epoch")
@@ -22,7 +23,8 @@ class CSVPredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
-        header, rows = pl_module.prediction_table(torch.cat(list(predictions)).float())  # type: ignore[operator]
+        outputs = torch.cat(list(predictions)).float()
+        header, rows = pl_module.prediction_table(outputs)  # type: ignore[operator]
         dm = trainer.datamodule  # type: ignore[attr-defined]
         inputs = getattr(dm, "predict_names", None) if getattr(dm, "predict_set", None) is not None else None
         output = Path(self.output)
@@ -32,4 +34,5 @@ class CSVPredictionWriter(BasePredictionWriter):
             writer.writerow(["index", *(["input"] if inputs else []), *header])
             for index, row in enumerate(rows):
                 writer.writerow([index, *([inputs[index]] if inputs else []), *row])
+        pl_module.write_prediction_files(outputs, output.parent, dm)  # type: ignore[operator]
         print(f"Wrote {len(rows)} predictions to {output}")

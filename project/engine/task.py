@@ -10,7 +10,8 @@ A task (``project/tasks/``) subclasses ``Task`` and says only what the problem i
 - ``configure_metrics()``: a torchmetrics ``MetricCollection``, cloned per stage and logged as ``val/<name>`` and
   ``test/<name>`` once per epoch (``update_metrics`` feeds it, from the net's outputs by default);
 - what a prediction is: ``prediction(outputs)`` (e.g. probabilities, or values in the targets' units),
-  ``prediction_table(predictions)`` (the prediction file's columns), and for export ``output_head()`` (what follows
+  ``prediction_table(predictions)`` (the prediction file's columns) with ``write_prediction_files`` (files beside
+  it, if a prediction has any: e.g. mask images), and for export ``output_head()`` (what follows
   the net in the exported model) with ``output_description()`` (its name, shape and meaning in ``model.json``).
 
 The engine here owns the rest, whatever the task's steps compute: AdamW with the weight-decay split and the
@@ -20,6 +21,7 @@ the logging-step gating and the gradient-norm log, the RNG state in checkpoints,
 """
 
 import math
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -118,6 +120,11 @@ class Task(L.LightningModule):
         """The prediction file's header and one row per sample (the writer adds ``index`` and ``input``)."""
         header = [f"output_{i}" for i in range(predictions[0].numel())]
         return header, [[f"{v:.6g}" for v in row] for row in predictions.flatten(1).tolist()]
+
+    def write_prediction_files(self, predictions: Tensor, folder: Path, datamodule: Any) -> None:
+        """Files a prediction has beside its row (e.g. a segmentation's mask images), written into ``folder``, the
+        prediction file's, and named in ``prediction_table``'s rows; none by default. ``datamodule`` is the one
+        that decoded the inputs (what it kept of them, e.g. their names and sizes)."""
 
     def output_head(self) -> nn.Module:
         """What follows the net in the exported model (the outputs ``output_description`` describes)."""

@@ -4,5 +4,6 @@ says only what the problem is (loss, metrics, the metric it is judged by, what a
 
 from project.tasks.classification import Classifier
 from project.tasks.regression import Regressor
+from project.tasks.segmentation import Segmenter
 
-__all__ = ["Classifier", "Regressor"]
+__all__ = ["Classifier", "Regressor", "Segmenter"]
