@@ -3,7 +3,8 @@
 Each mutant below deletes or perturbs one line of an engine mechanic. For each, the repository is copied to a
 scratch directory, the mutant applied there (never in your checkout), and the tests that guard the mechanic run
 against the copy (subprocesses too: the suite imports the checkout it runs from). A mutant the tests still pass
-on is a *survivor*: a guarantee that nothing proves. Exit status 1 if any survived.
+on is a *survivor*: a guarantee that nothing proves. Those tests first run once unmutated (a test that fails
+anyway would "kill" every mutant). Exit status 1 if any mutant survived.
 
     python scripts/mutants.py              # every mutant (a few minutes)
     python scripts/mutants.py --only warmup tail-window
@@ -84,6 +85,12 @@ MUTANTS = (
     Mutant("distributed-sampler-refused", "project/engine/cli.py",
            "        if trainer.use_distributed_sampler:", "        if False:",
            ("tests/test_config.py::test_bad_input_exits_non_zero_naming_the_key",)),
+    Mutant("mean-iou-is-a-macro-average", "project/tasks/segmentation.py",
+           'MulticlassJaccardIndex(classes, average="macro"', 'MulticlassJaccardIndex(classes, average="micro"',
+           ("tests/test_segmentation.py::test_miou_and_pixel_accuracy_are_their_hand_computation_over_the_whole_split",)),
+    Mutant("mask-and-image-flip-together", "project/data/segmentation.py",
+           "return (image.flip(-1), mask.flip(-1)) if", "return (image.flip(-1), mask) if",
+           ("tests/test_segmentation.py::test_pairs_decode_at_image_size_masks_by_nearest_neighbour_and_flip_together",)),
     Mutant("profile-reported-when-the-run-ends-early", "project/engine/profiling.py",
            "        if self._profiler is not None:  # the run ended inside the window", "        if False:",
            ("tests/test_observability.py::test_profile_writes_a_chrome_trace_and_reports_the_top_ops",)),
@@ -99,6 +106,20 @@ def _copy_of_the_checkout(into: Path) -> Path:
     return into
 
 
+def _pytest(copy: Path, tests: list[str], python: str) -> tuple[int, float, str]:
+    """Runs ``tests`` against ``copy`` (its own package first on the path, for subprocesses too)."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    for key in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS"):
+        env.pop(key, None)
+    start = time.monotonic()
+    result = subprocess.run(
+        [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *(str(copy / t) for t in tests)],
+        cwd=copy, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
+    return result.returncode, time.monotonic() - start, tail
+
+
 def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
     """(outcome, seconds, last lines): killed (a test failed), survived (they all passed) or broken."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as scratch:
@@ -108,20 +129,10 @@ def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
         if source.count(mutant.original) != 1:
             return "broken", 0.0, f"{mutant.file} does not hold its line exactly once: {mutant.original!r}"
         target.write_text(source.replace(mutant.original, mutant.mutated))
-        env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-        for key in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS"):
-            env.pop(key, None)
-        start = time.monotonic()
-        tests = [str(copy / t) for t in mutant.tests]
-        result = subprocess.run(
-            [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *tests],
-            cwd=copy, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        seconds = time.monotonic() - start
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-        if result.returncode == 0:
+        code, seconds, tail = _pytest(copy, list(mutant.tests), python)
+        if code == 0:
             return "survived", seconds, tail
-        if result.returncode == 1 and "failed" in result.stdout:  # pytest: tests ran and one failed
+        if code == 1:  # pytest: the tests ran and one failed
             return "killed", seconds, tail
         return "broken", seconds, tail  # collection error, no test selected, ...
 
@@ -134,6 +145,14 @@ def main() -> int:
     if args.only and len(chosen) != len(args.only):
         known = ", ".join(m.name for m in MUTANTS)
         print(f"error: --only {' '.join(args.only)}: unknown mutant name; known: {known}", file=sys.stderr)
+        return 2
+    # First the same tests without any mutant: a test that fails anyway would count every mutant as killed.
+    with tempfile.TemporaryDirectory(prefix="mutants-baseline-") as scratch:
+        tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
+        code, seconds, tail = _pytest(_copy_of_the_checkout(Path(scratch)), tests, sys.executable)
+    print(f"{'baseline':9} {seconds:6.1f} s  the {len(tests)} tests, unmutated: {'pass' if code == 0 else 'FAIL'}")
+    if code != 0:
+        print("          " + tail.replace("\n", "\n          "))
         return 2
     outcomes = []
     for mutant in chosen:
