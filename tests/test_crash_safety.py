@@ -65,12 +65,15 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
         try:
             # Let the process get going: wait for its first checkpoint, then kill it mid-write (as soon as a temp
             # file shows up) or after a random delay.
+            # Polled with short sleeps, not a busy loop: on 2 cores a spinning test would slow the run it watches.
             while not (last.is_file() and last.stat().st_mtime_ns != seen):
                 assert proc.poll() is None, f"the run ended before it could be killed ({kills} kills, steps {steps})"
                 assert time.monotonic() < deadline
+                time.sleep(0.01)
             if aim_at_write:
                 while not list(run.glob("checkpoints/.last.ckpt.tmp-*")):
                     assert proc.poll() is None and time.monotonic() < deadline
+                    os.sched_yield()  # a write lasts milliseconds: poll without a delay, but let the run have the CPU
             else:
                 time.sleep(chooser.uniform(0.0, 0.3))
         finally:
@@ -106,6 +109,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int
     deadline = time.monotonic() + 120
     while not (run / "checkpoints" / "last.ckpt").is_file():  # training is under way (end of epoch 0)
         assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
     os.kill(proc.pid, signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum
@@ -297,10 +301,12 @@ def test_background_save_snapshots_the_state_and_keeps_one_save_in_flight(tmp_pa
     weights = torch.ones(4)
     io.save_checkpoint({"state_dict": {"w": weights}}, tmp_path / "a.ckpt")  # returns while the write waits
     weights.add_(1.0)  # training goes on and changes the weights in place
+    waiting, wait = threading.Event(), io.wait
+    io.wait = lambda: (waiting.set(), wait())[1]  # type: ignore[method-assign]  # the second save's first move
     second = threading.Thread(target=io.save_checkpoint, args=({"state_dict": {"w": weights}}, tmp_path / "b.ckpt"))
     second.start()
-    second.join(timeout=0.5)
-    assert second.is_alive() and writer.events == [("start", "a.ckpt")]  # the second save waits for the first
+    assert waiting.wait(timeout=60)  # the second save is under way (an observable state, not a delay) ...
+    assert second.is_alive() and writer.events == [("start", "a.ckpt")]  # ... and waits for the first
     writer.gate.set()
     second.join(timeout=60)
     io.teardown()  # the end of fit: everything is on disk
@@ -370,3 +376,52 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
     assert got["global_step"] == expected["global_step"] == 15
     for name, value in expected["state_dict"].items():
         assert torch.equal(got["state_dict"][name], value), name
+
+
+@pytest.mark.slow
+def test_a_killed_loader_worker_stops_the_run_in_one_sentence_and_it_resumes_exactly(tmp_path: Path) -> None:
+    # The out-of-memory killer's SIGKILL, for real, to one of the run's 2 loader workers while the run holds at
+    # epoch 1's start (workers persist across epochs): torch's SIGCHLD handler raises in the main process.
+    release = tmp_path / "release"
+    run_args = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
+                "--trainer.limit_test_batches=2", "--data.num_workers=2", "--trainer.callbacks+=probes.Hold",
+                f"--trainer.callbacks.release={release}")  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "project", "fit", "--config", DIGITS, *run_args,
+         f"--trainer.logger.init_args.save_dir={tmp_path / 'killed'}"],
+        cwd=scratch_dir(), env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not Path(f"{release}.held-rank0").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        children = [int(c) for f in Path(f"/proc/{proc.pid}/task").glob("*/children") for c in f.read_text().split()]
+        assert len(children) == 4, children  # 2 workers each for the train and val loaders; any one will do
+        os.kill(children[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    run = tmp_path / "killed" / "digits" / "version_0"
+    assert proc.returncode == 1, err[-3000:]
+    assert f"error: a DataLoader worker (pid {children[0]}) was killed by a signal (Killed): most often the " in err
+    assert f"continue the run: make resume RUN={run}" in err and "Traceback" not in err
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5  # epoch 0's, whole
+
+    release.touch()  # as `make resume RUN=<run>` runs it, then the same run uninterrupted: bitwise equal
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the killed process (OMP_NUM_THREADS=1): a conv's sums depend on the threads
+    try:
+        resumed = fit(tmp_path / "killed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                      configs=(str(run / "config.yaml"),))  # fmt: skip
+        straight = fit(tmp_path / "straight", *run_args)
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed.trainer.global_step == straight.trainer.global_step == 10
+    final = [torch.load(r / "digits" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+             for r in (tmp_path / "killed", tmp_path / "straight")]  # fmt: skip
+    for name, value in final[1].items():
+        assert torch.equal(final[0][name], value), name

@@ -125,7 +125,7 @@ def _checkout(tmp_path: Path) -> Path:
         fit(tmp_path / "trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
             "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1").trainer.log_dir  # type: ignore[arg-type]
     )  # fmt: skip
-    for name in ("digits/version_0", "digits/version_3", "images/version_0", "table/version_0", "regression/version_0"):
+    for name in set(re.findall(r"\blogs/(\w+/version_\d+)", README)):  # each run directory the README names
         (checkout / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
         (checkout / "logs" / name).symlink_to(run)
     (checkout / "logs" / "sweeps" / "default").mkdir(parents=True)

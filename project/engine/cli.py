@@ -359,6 +359,25 @@ def _disk_fault(err: OSError) -> str | None:
             f"some space, then continue the run: {resume}")  # fmt: skip
 
 
+# torch's two ways of saying a loader worker died: its SIGCHLD handler's, and the loader's when a fetch times out.
+_DEAD_WORKER = re.compile(r"DataLoader worker \(pids?(?:\(s\))? ([\d, ]+)\) (?:is killed by signal: ([^.]+)|exited)")
+
+
+def _worker_fault(err: RuntimeError) -> str | None:
+    """One sentence for a DataLoader worker killed under the run (the out-of-memory killer, most often); None for
+    any other RuntimeError."""
+    match = _DEAD_WORKER.search(str(err))
+    if match is None:
+        return None
+    pids, signal_name = match.groups()
+    run = CLI.run_dir
+    how = f"was killed by a signal ({signal_name})" if signal_name else "exited unexpectedly"
+    resume = f"make resume RUN={run}" if run else "make resume"
+    return (f"a DataLoader worker (pid {pids.strip()}) {how}: most often the out-of-memory killer (dmesg names "
+            "it); fewer data.num_workers, a smaller data.batch_size or smaller samples need less memory. The "
+            f"checkpoints already written are whole; continue the run: {resume}")  # fmt: skip
+
+
 def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:
     """A writer thread's full-disk error is raised again on the main thread, which reports it in one sentence."""
     if not (isinstance(args.exc_value, OSError) and args.exc_value.errno in DISK_FULL):
@@ -377,6 +396,12 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(2)
     except OSError as err:  # a fault, not bad input: the run stops, what was written whole is kept
         fault = _disk_fault(err)
+        if fault is None:
+            raise
+        print(f"error: {fault}", file=sys.stderr)
+        sys.exit(1)
+    except RuntimeError as err:  # a fault: a loader worker killed (its SIGCHLD handler raises at any point)
+        fault = _worker_fault(err)
         if fault is None:
             raise
         print(f"error: {fault}", file=sys.stderr)
