@@ -1,13 +1,16 @@
 """Instruments for the mechanics tests, added to a real run with ``--trainer.callbacks+=probes.Recorder``."""
 
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from project.data import DigitsDataModule
 from project.engine.last_checkpoint import LastCheckpoint
 from project.tasks import Classifier
 
@@ -278,3 +281,24 @@ class FillDisk(L.Callback):
                         f.write(b"\0" * size)
                 except OSError:
                     pass
+
+
+class _Jittered(Dataset):
+    def __init__(self, inner: Dataset) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> Any:
+        x, y = self.inner[index]
+        return x + float(np.random.normal(0.0, 0.05)) + random.uniform(-0.05, 0.05), y
+
+
+class JitteredDigits(DigitsDataModule):
+    """Digits whose training samples are jittered with NumPy's and Python's global RNGs, as an augmentation
+    written with ``np.random``/``random`` and loaded without workers (in the training process) would be."""
+
+    def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
+        train, val, test = super().load_splits()
+        return _Jittered(train), val, test

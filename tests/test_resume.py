@@ -60,6 +60,8 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "sigterm-2-workers": (None, {"step": 23, "signal": int(signal.SIGTERM)}, 2, ()),
     # Ctrl-C during an epoch's last batch: saved after that epoch's validation, as at an epoch end
     "sigint-last-batch": (4, {"step": 19, "signal": int(signal.SIGINT)}, 0, ()),
+    # An augmentation drawing from NumPy's and Python's global RNGs in the training process: both come back.
+    "mid-epoch-numpy-python-rng": (4, {"step": 15}, 0, ("--data=probes.JitteredDigits",)),
     # float64 weights: Lightning restores them before converting the module to float64, which rounded them
     # through float32 (~1e-8 off after the resume) until the task converts first.
     "sigint-float64": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0, ("--trainer.precision=64-true",)),
