@@ -1,5 +1,6 @@
 """Instruments for the mechanics tests, added to a real run with ``--trainer.callbacks+=probes.Recorder``."""
 
+import os
 import random
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from torch.utils.data import Dataset
 
 from project.data import DigitsDataModule
 from project.engine.last_checkpoint import LastCheckpoint
+from project.engine.provenance import Provenance
 from project.tasks import Classifier
 
 
@@ -98,7 +100,10 @@ class Recorder(L.Callback):
         if stage != "fit" or self.out_dir is None:
             return
         stopper, checkpoint = trainer.early_stopping_callback, trainer.checkpoint_callback
+        provenance = next((cb for cb in trainer.callbacks if isinstance(cb, Provenance)), None)  # type: ignore[attr-defined]
         record = {
+            "pid": os.getpid(),
+            "writes_provenance": provenance is not None and provenance.path is not None,  # where it would write
             "world_size": trainer.world_size,
             "global_step": trainer.global_step,
             "total_steps": int(trainer.estimated_stepping_batches),

@@ -1,6 +1,7 @@
 """Real DDP: 2 processes over gloo on loopback, launched by Lightning from the CLI in a subprocess, compared with
 one process on the same global batch (and with closed forms for the sample order and the LR)."""
 
+import json
 import math
 import os
 import random
@@ -55,11 +56,24 @@ def _eval_by_hand(checkpoint: Path, images: torch.Tensor, labels: torch.Tensor) 
     return (logits.argmax(-1) == labels).float().mean().item(), F.cross_entropy(logits, labels).item()
 
 
+def _stopping_at_the_last_epoch(base: Path) -> str:
+    """An overlay whose EarlyStopping decides to stop after epoch 1, the run's last anyway: patience 1 and a
+    min_delta no accuracy can beat. A real decision, taken on every rank, that leaves the run as it was."""
+    callbacks = yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
+    for callback in callbacks:
+        if callback["class_path"].endswith("TaskEarlyStopping"):
+            callback["init_args"].update(patience=1, min_delta=1.0)
+    overlay = base / "stopping.yaml"
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    return str(overlay)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     base = tmp_path_factory.mktemp("ddp")
     result = run_module(
         "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "ddp.yaml"),
+        "--config", _stopping_at_the_last_epoch(base),
         # "ddp" as a class with a short process-group timeout: a collective that never completes fails in 60 s.
         "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout=0:01:00",
         f"--trainer.logger.init_args.save_dir={base / 'ddp'}", "--data.batch_size=16", *COMMON,
@@ -146,11 +160,14 @@ def test_ddp_evaluation_is_exact_on_odd_sized_splits(runs: dict) -> None:
 @pytest.mark.slow
 def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: dict) -> None:
     r0, r1 = runs["ranks"]
-    assert r0["stopper"] == r1["stopper"]  # EarlyStopping wait count and best score
+    assert r0["stopper"] == r1["stopper"] and r0["stopper"][0] == 1  # EarlyStopping's wait count, best score
+    assert r0["should_stop"] is r1["should_stop"] is True  # it decided, the same on both ranks
     assert r0["best_score"] == r1["best_score"]  # ModelCheckpoint's best val/acc
-    assert r0["should_stop"] == r1["should_stop"]
     assert [d.name for d in (runs["ddp_dir"] / "digits").iterdir()] == ["version_0"]
     run = runs["ddp_dir"] / "digits" / "version_0"
+    (segment,) = json.loads((run / "provenance.json").read_text())["segments"]  # one record, by rank 0
+    assert segment["pid"] == r0["pid"] != r1["pid"] and segment["status"] == "stopped early at epoch 1"
+    assert r0["writes_provenance"] and not r1["writes_provenance"]  # rank 1 has no record to write
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert runs["stdout"].count("Test of ") == 1  # the summary line is printed by rank 0 only
     # configs/ddp.yaml (launched by Lightning itself): two members, saved in the run's config.
