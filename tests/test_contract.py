@@ -13,6 +13,7 @@ import csv
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -124,6 +125,57 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
     dm.show(inputs[0], ax)
     assert ax.images or ax.patches
     plt.close(fig)
+
+
+# Ops torch documents as having no deterministic CUDA kernel: under trainer.deterministic (configs/default.yaml
+# sets it) they raise at the first step on a GPU, while a CPU runs them silently (torch.use_deterministic_algorithms
+# lists them). Each is named as the op itself or the backward that has no such kernel.
+NONDETERMINISTIC_ON_CUDA = {
+    "avg_pool3d_backward", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
+    "adaptive_max_pool2d_backward", "fractional_max_pool2d_backward", "fractional_max_pool3d_backward",
+    "max_unpool2d", "max_unpool3d", "upsample_linear1d_backward", "upsample_bilinear2d_backward",
+    "upsample_bicubic2d_backward", "upsample_trilinear3d_backward", "_upsample_bilinear2d_aa_backward",
+    "_upsample_bicubic2d_aa_backward", "reflection_pad1d_backward", "reflection_pad2d_backward",
+    "reflection_pad3d_backward", "_ctc_loss_backward", "put_", "histc", "median", "grid_sampler_2d_backward",
+    "grid_sampler_3d_backward",
+}  # fmt: skip
+
+
+def _nondeterministic_on_cuda(func: Any, args: tuple, kwargs: dict) -> bool:
+    name = func.overloadpacket.__name__
+    if name in ("nll_loss2d_forward", "nll_loss2d_backward"):  # deterministic only unreduced (reduction 0)
+        return args[3 if name == "nll_loss2d_forward" else 4] != 0
+    if name == "cumsum":
+        return args[0].is_floating_point()
+    if name == "bincount":
+        return (args[1] if len(args) > 1 else kwargs.get("weights")) is not None
+    return name in NONDETERMINISTIC_ON_CUDA or (name == "_embedding_bag" and len(args) > 4 and args[4] == 2)
+
+
+def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject: tuple[str, ...]) -> None:
+    """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on
+    a CPU and a GPU): none may lack a deterministic CUDA kernel, which would make a GPU run crash at its first step
+    (e.g. bilinear upsampling in a decoder, or a mean-reduced per-pixel cross-entropy)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offending: set[str] = set()
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            if _nondeterministic_on_cuda(func, args, kwargs or {}):
+                self.offending.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    cli = CLI(list(subject), run=False)
+    task, dm = cli.model.train(), cli.datamodule
+    dm.setup("fit")
+    inputs, targets = (t[:8] for t in dm.split_tensors("train"))
+    with Ops() as ops:
+        task.loss(task(dm.normalize(inputs)), targets).mean().backward()
+    assert ops.offending == set(), f"ops with no deterministic CUDA kernel: {sorted(ops.offending)}"
+    assert any(p.grad is not None for p in task.parameters())  # the backward ran under the mode
 
 
 def test_fit_learns_one_batch_by_heart(subject: tuple[str, ...], tmp_path: Path) -> None:
