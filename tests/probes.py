@@ -1,5 +1,6 @@
 """Instruments for the mechanics tests, added to a real run with ``--trainer.callbacks+=probes.Recorder``."""
 
+import json
 import os
 import random
 import time
@@ -261,8 +262,12 @@ class Hold(L.Callback):
         if trainer.current_epoch != self.epoch:
             return
         stopper = next((cb for cb in trainer.callbacks if isinstance(cb, LastCheckpoint)), None)  # type: ignore[attr-defined]
-        Path(f"{self.release}.held-rank{trainer.global_rank}").touch()  # the state a test waits for
-        while not self.release.exists() and (stopper is None or stopper.signum is None):
+        # The state a test waits for; it holds the pids of the loaders' worker processes, by loader.
+        loaders = {"train": trainer.train_dataloader, "val": trainer.val_dataloaders}
+        workers = {name: [w.pid for w in getattr(getattr(loader, "_iterator", None), "_workers", [])]
+                   for name, loader in loaders.items()}  # fmt: skip
+        Path(f"{self.release}.held-rank{trainer.global_rank}").write_text(json.dumps(workers))
+        while not self.release.exists() and (stopper is None or (stopper.signum or stopper.worker_death) is None):
             time.sleep(0.05)
         Path(f"{self.release}.left-rank{trainer.global_rank}").touch()
 

@@ -1,5 +1,6 @@
 """Crashes lose nothing, and loading a checkpoint never runs code from it."""
 
+import json
 import os
 import random
 import signal
@@ -379,9 +380,13 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
 
 
 @pytest.mark.slow
-def test_a_killed_loader_worker_stops_the_run_in_one_sentence_and_it_resumes_exactly(tmp_path: Path) -> None:
-    # The out-of-memory killer's SIGKILL, for real, to one of the run's 2 loader workers while the run holds at
-    # epoch 1's start (workers persist across epochs): torch's SIGCHLD handler raises in the main process.
+def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoint_and_it_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    # The out-of-memory killer's SIGKILL, for real, to a worker of the run's validation loader (2 workers per
+    # loader, kept across epochs) while the run holds at epoch 1's start. Unlike a train worker, it owes the
+    # training no batch, so the run goes on until its next step boundary, where it must stop with last.ckpt saved
+    # rather than be torn down by torch's SIGCHLD handler wherever it is (mid optimizer step included).
     release = tmp_path / "release"
     run_args = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
                 "--trainer.limit_test_batches=2", "--data.num_workers=2", "--trainer.callbacks+=probes.Hold",
@@ -393,23 +398,28 @@ def test_a_killed_loader_worker_stops_the_run_in_one_sentence_and_it_resumes_exa
         cwd=scratch_dir(), env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         start_new_session=True,
     )  # fmt: skip
+    held = Path(f"{release}.held-rank0")
     try:
         deadline = time.monotonic() + 120
-        while not Path(f"{release}.held-rank0").exists():
+        while not held.exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.05)
-        children = [int(c) for f in Path(f"/proc/{proc.pid}/task").glob("*/children") for c in f.read_text().split()]
-        assert len(children) == 4, children  # 2 workers each for the train and val loaders; any one will do
-        os.kill(children[0], signal.SIGKILL)
+        workers = json.loads(held.read_text())
+        assert len(workers["train"]) == len(workers["val"]) == 2, workers
+        os.kill(workers["val"][0], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     run = tmp_path / "killed" / "digits" / "version_0"
     assert proc.returncode == 1, err[-3000:]
-    assert f"error: a DataLoader worker (pid {children[0]}) was killed by a signal (Killed): most often the " in err
-    assert f"continue the run: make resume RUN={run}" in err and "Traceback" not in err
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5  # epoch 0's, whole
+    assert (f"error: a DataLoader worker (pid {workers['val'][0]}) was killed by a signal (Killed): most often the "
+            "out-of-memory killer") in err  # fmt: skip
+    assert (f"The run stopped after step 6 with {run}/checkpoints/last.ckpt saved; continue it: make resume "
+            f"RUN={run}") in err and "Traceback" not in err  # fmt: skip
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6  # epoch 1's first
+    (segment,) = json.loads((run / "provenance.json").read_text())["segments"]
+    assert segment["status"] == "stopped at step 6: a DataLoader worker died"
 
     release.touch()  # as `make resume RUN=<run>` runs it, then the same run uninterrupted: bitwise equal
     threads = torch.get_num_threads()
@@ -425,3 +435,13 @@ def test_a_killed_loader_worker_stops_the_run_in_one_sentence_and_it_resumes_exa
              for r in (tmp_path / "killed", tmp_path / "straight")]  # fmt: skip
     for name, value in final[1].items():
         assert torch.equal(final[0][name], value), name
+
+
+def test_a_dead_loader_worker_is_named_in_one_sentence_however_torch_reports_it() -> None:
+    # The loader's own report, when the next batch was the dead worker's to load (between two steps).
+    from project.engine.cli import _worker_fault
+
+    fault = _worker_fault(RuntimeError("DataLoader worker (pid(s) 4242, 4243) exited unexpectedly"))
+    assert fault is not None and fault.startswith("a DataLoader worker (pid 4242, 4243) exited unexpectedly: ")
+    assert "The checkpoints already written are whole; continue it: make resume" in fault
+    assert _worker_fault(RuntimeError("CUDA out of memory")) is None  # any other error keeps its traceback

@@ -35,7 +35,7 @@ from project.engine.checkpoints import (
 from project.engine.dashboard import write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, cause_of, config_error_in
-from project.engine.last_checkpoint import Interrupted, LastCheckpoint
+from project.engine.last_checkpoint import Interrupted, LastCheckpoint, LoaderWorkerDied
 from project.engine.predict import CSVPredictionWriter
 from project.engine.provenance import Provenance
 from project.engine.runs import flatten
@@ -373,9 +373,11 @@ def _worker_fault(err: RuntimeError) -> str | None:
     run = CLI.run_dir
     how = f"was killed by a signal ({signal_name})" if signal_name else "exited unexpectedly"
     resume = f"make resume RUN={run}" if run else "make resume"
+    kept = (f"The run stopped after step {err.step} with {err.checkpoint} saved" if isinstance(err, LoaderWorkerDied)
+            else "The checkpoints already written are whole")  # fmt: skip
     return (f"a DataLoader worker (pid {pids.strip()}) {how}: most often the out-of-memory killer (dmesg names "
-            "it); fewer data.num_workers, a smaller data.batch_size or smaller samples need less memory. The "
-            f"checkpoints already written are whole; continue the run: {resume}")  # fmt: skip
+            "it); fewer data.num_workers, a smaller data.prefetch_factor or data.batch_size, or smaller samples "
+            f"need less memory. {kept}; continue it: {resume}")  # fmt: skip
 
 
 def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:
@@ -400,11 +402,12 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"error: {fault}", file=sys.stderr)
         sys.exit(1)
-    except RuntimeError as err:  # a fault: a loader worker killed (its SIGCHLD handler raises at any point)
+    except RuntimeError as err:  # a fault: a loader worker killed (LastCheckpoint stopped the run, or the loader)
         fault = _worker_fault(err)
-        if fault is None:
+        if fault is None and not isinstance(err, LoaderWorkerDied):
             raise
-        print(f"error: {fault}", file=sys.stderr)
+        if fault is not None:  # None: it was another process's worker, which says so
+            print(f"error: {fault}", file=sys.stderr)
         sys.exit(1)
     except Interrupted as stop:
         if stop.rank == 0:

@@ -5,7 +5,11 @@
   end-of-epoch save follows: Lightning cannot resume from a save taken between that batch and the validation;
 - on Ctrl-C or SIGTERM (preemption), at the next of those points: the current step finishes, last.ckpt is saved
   there, so the resume is exact, and the run stops with ``Interrupted`` (the CLI prints the command that resumes
-  it and exits with 128 + the signal number). A second Ctrl-C aborts at once, without saving.
+  it and exits with 128 + the signal number). A second Ctrl-C aborts at once, without saving;
+- when a DataLoader worker dies (the out-of-memory killer's SIGKILL, most often), the same way, with
+  ``LoaderWorkerDied``: torch's own SIGCHLD handler would raise wherever the training thread is, inside an
+  optimizer step included; here the death is recorded and the run stops at the next step boundary. (A death that
+  starves the very next batch surfaces earlier, from the loader itself, between two steps.)
 
 It is a ``Checkpoint`` so that Lightning runs it after every other callback, whose state it then includes.
 """
@@ -18,12 +22,21 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Checkpoint
+from torch.utils.data._utils import signal_handling
 
 
 class Interrupted(Exception):
     def __init__(self, signum: int, checkpoint: Path, step: int, rank: int) -> None:
         super().__init__(f"{signal.Signals(signum).name} after step {step}: saved {checkpoint}")
         self.signum, self.checkpoint, self.step, self.rank = signum, checkpoint, step, rank
+
+
+class LoaderWorkerDied(RuntimeError):
+    """torch's message about the dead worker (or that another process's worker died), and where the run stopped."""
+
+    def __init__(self, message: str, checkpoint: Path, step: int, rank: int) -> None:
+        super().__init__(message)
+        self.checkpoint, self.step, self.rank = checkpoint, step, rank
 
 
 class LastCheckpoint(Checkpoint):
@@ -35,9 +48,11 @@ class LastCheckpoint(Checkpoint):
         self.every_n_train_steps = every_n_train_steps
         self.path: Path | None = None
         self.signum: int | None = None
+        self.worker_death: str | None = None  # torch's message, once a DataLoader worker of this process died
         self._stop_at_epoch_end = False
         self._saved: Path | None = None
         self._previous_handlers: dict[int, Any] = {}
+        self._torch_handler_was_set = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Beside the other checkpoints (rank 0's run directory, the same on every rank).
@@ -57,6 +72,17 @@ class LastCheckpoint(Checkpoint):
         # points in the loop (e.g. right after validation) without saving anything.
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous_handlers[signum] = signal.signal(signum, self._handle)
+        # torch installs its SIGCHLD handler once per process, with the first multi-worker loader; the flag keeps a
+        # loader made later (this epoch's) from putting it back over ours.
+        self._previous_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._child_exited)
+        self._torch_handler_was_set = signal_handling._SIGCHLD_handler_set
+        signal_handling._SIGCHLD_handler_set = True
+
+    def _child_exited(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            signal_handling._error_if_any_worker_fails()  # raises only for a failed worker of a live loader
+        except RuntimeError as err:
+            self.worker_death = self.worker_death or str(err)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None and signum == signal.SIGINT:
@@ -67,7 +93,7 @@ class LastCheckpoint(Checkpoint):
         # Never inside an accumulation window: the partial sum of gradients is not part of a checkpoint.
         if self._saved is not None or trainer.fit_loop.epoch_loop._should_accumulate():
             return
-        stop = self.signum is not None
+        stop = self.signum is not None or self.worker_death is not None
         if trainer.world_size > 1:  # every rank must stop at the same step (one tiny all-reduce per step)
             stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
         n = self.every_n_train_steps
@@ -87,10 +113,16 @@ class LastCheckpoint(Checkpoint):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         # Stop here rather than right after saving: Lightning writes a step's logs after on_train_batch_end, and
         # that step is in the checkpoint. The batch fetched for the next step is simply not used.
-        if self._saved is not None:
-            raise Interrupted(self.signum or signal.SIGTERM, self._saved, trainer.global_step, trainer.global_rank)
+        if self._saved is None:
+            return
+        step, rank = trainer.global_step, trainer.global_rank
+        if self.signum is None:  # a loader worker died, here or in another process (which then says so)
+            raise LoaderWorkerDied(self.worker_death or "", self._saved, step, rank)
+        raise Interrupted(self.signum, self._saved, step, rank)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
+        if signal.SIGCHLD in self._previous_handlers:
+            signal_handling._SIGCHLD_handler_set = self._torch_handler_was_set
         self._previous_handlers.clear()

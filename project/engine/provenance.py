@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
-from project.engine.last_checkpoint import Interrupted
+from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
 from project.engine.runs import flatten
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
@@ -136,6 +136,8 @@ def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
     """How the segment ended, in a few words."""
     if isinstance(exception, Interrupted):
         return f"interrupted by {_signal_name(exception.signum)} at step {exception.step}"
+    if isinstance(exception, LoaderWorkerDied):
+        return f"stopped at step {exception.step}: a DataLoader worker died"
     if isinstance(exception, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt, no checkpoint)"
     if exception is not None:
