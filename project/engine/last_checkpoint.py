@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch.utils.data._utils import signal_handling
 
@@ -53,6 +54,7 @@ class LastCheckpoint(Checkpoint):
         self._saved: Path | None = None
         self._previous_handlers: dict[int, Any] = {}
         self._torch_handler_was_set = False
+        self._interrupted = False
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # Beside the other checkpoints (rank 0's run directory, the same on every rank).
@@ -93,9 +95,12 @@ class LastCheckpoint(Checkpoint):
         # Never inside an accumulation window: the partial sum of gradients is not part of a checkpoint.
         if self._saved is not None or trainer.fit_loop.epoch_loop._should_accumulate():
             return
-        stop = self.signum is not None or self.worker_death is not None
-        if trainer.world_size > 1:  # every rank must stop at the same step (one tiny all-reduce per step)
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)
+        signalled, worker_died = self.signum is not None, self.worker_death is not None
+        if trainer.world_size > 1:  # every rank must stop at the same step, for the same reason (one tiny all-reduce)
+            flags = torch.tensor([signalled, worker_died], dtype=torch.int32, device=pl_module.device)
+            signalled, worker_died = (bool(f) for f in trainer.strategy.reduce(flags, reduce_op="sum").tolist())
+        self._interrupted = signalled
+        stop = signalled or worker_died
         n = self.every_n_train_steps
         if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             self._stop_at_epoch_end = stop
@@ -116,9 +121,9 @@ class LastCheckpoint(Checkpoint):
         if self._saved is None:
             return
         step, rank = trainer.global_step, trainer.global_rank
-        if self.signum is None:  # a loader worker died, here or in another process (which then says so)
-            raise LoaderWorkerDied(self.worker_death or "", self._saved, step, rank)
-        raise Interrupted(self.signum, self._saved, step, rank)
+        if self._interrupted:  # here, or in another process (then most likely SIGTERM: a scheduler signals all)
+            raise Interrupted(self.signum or signal.SIGTERM, self._saved, step, rank)
+        raise LoaderWorkerDied(self.worker_death or "", self._saved, step, rank)  # here, or another's (it says so)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for signum, handler in self._previous_handlers.items():
