@@ -1,5 +1,6 @@
 """A PyTorch Lightning project template: see README.md."""
 
+import importlib.abc
 import importlib.util
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ def _cpu_torch_with_a_cuda_torchvision() -> None:
     (detection boxes): their schemas alone let the import through. Where the ops load (a torchvision matching
     torch), nothing is done: they define themselves."""
     spec = importlib.util.find_spec("torchvision")
-    if spec is None or spec.origin is None or "torchvision" in sys.modules:
+    if spec is None or spec.origin is None:
         return
     import torch
 
@@ -27,4 +28,15 @@ def _cpu_torch_with_a_cuda_torchvision() -> None:
             torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 
 
-_cpu_torch_with_a_cuda_torchvision()
+class _BeforeTorchvision(importlib.abc.MetaPathFinder):
+    """Runs the check above when something first imports torchvision (torchmetrics does, on importing Lightning),
+    not at import of this package: ``make runs`` imports no torch at all."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "torchvision":
+            sys.meta_path.remove(self)
+            _cpu_torch_with_a_cuda_torchvision()
+        return None  # the ordinary finders import it
+
+
+sys.meta_path.insert(0, _BeforeTorchvision())

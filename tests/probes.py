@@ -311,7 +311,8 @@ class JitteredDigits(DigitsDataModule):
 
 class Snapshots(L.Callback):
     """The net's state_dict (copies) at the start of training and at the end of every training epoch, in
-    ``Snapshots.taken``: {"start": ..., 0: ..., 1: ...}. Class-level: the CLI builds the callback from its class path."""
+    ``Snapshots.taken``: {"start": ..., 0: ..., 1: ...}. Class-level: the CLI builds the callback from its class
+    path."""
 
     taken: ClassVar[dict[Any, dict[str, torch.Tensor]]] = {}
 

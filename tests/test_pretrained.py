@@ -16,7 +16,8 @@ from project.engine.schedule import resolve_warmup_steps, warmup_cosine_lr
 
 RESNET = ("--model.net=project.nets.ResNet", "--model.net.init_args.width=8", "--model.net.init_args.stages=2")
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
-         "--trainer.limit_test_batches=1", "--trainer.log_every_n_steps=1", "--trainer.callbacks+=probes.Snapshots")  # fmt: skip
+         "--trainer.limit_test_batches=1", "--trainer.log_every_n_steps=1",
+         "--trainer.callbacks+=probes.Snapshots")  # fmt: skip
 
 
 def _run(save_dir: Path) -> Path:
@@ -24,11 +25,12 @@ def _run(save_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_classes(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another folder with other classes (2 of the 3 shapes): the head of a run on image_folder does not fit."""
-    root = tmp_path_factory.mktemp("data") / "two"
-    for name in ("circle", "square"):
-        shutil.copytree(image_folder / name, root / name)
+def other_classes(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As many classes as image_folder but other ones (the images relabelled): its head fits in shape, not in
+    meaning."""
+    root = tmp_path_factory.mktemp("data") / "other"
+    for name, other in (("circle", "ring"), ("square", "box"), ("triangle", "wedge")):
+        shutil.copytree(image_folder / name, root / other)
     return root
 
 
@@ -42,21 +44,22 @@ def earlier(image_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 @pytest.mark.slow
 def test_init_from_an_earlier_run_loads_what_fits_and_leaves_the_head_new(
-    earlier: Path, two_classes: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    earlier: Path, other_classes: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO):
-        cli = fit(tmp_path, f"--data.root={two_classes}", *RESNET, *SHORT, f"--model.init_from={earlier}",
+        cli = fit(tmp_path, f"--data.root={other_classes}", *RESNET, *SHORT, f"--model.init_from={earlier}",
                   configs=(DIGITS, IMAGES))  # fmt: skip
     source = torch.load(earlier / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     start = Snapshots.taken["start"]
-    head = {"head.3.weight", "head.3.bias"}  # 3 classes there, 2 here
+    head = {"head.3.weight", "head.3.bias"}  # 3 classes there and here, but other ones
     for name, value in start.items():
         if name in head:
-            assert value.shape != source[f"net.{name}"].shape
+            assert not torch.equal(value, source[f"net.{name}"]), name
         else:  # before the first step: exactly the earlier run's best weights, BatchNorm statistics included
             assert torch.equal(value, source[f"net.{name}"]), name
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Loaded "))
     assert line.startswith(f"Loaded {len(start) - 2} of {len(start)} tensors from ") and "head.3.{weight,bias}" in line
+    assert "the earlier run's targets were ['circle', 'square', 'triangle'], not ['box', 'ring', 'wedge']" in line
     # A fresh run: its own directory, optimizer and schedule from step 0, and the record of where it started.
     assert cli.trainer.global_step == 6 and scalars(_run(tmp_path))["train/loss"][0][0] == 0
     record = json.loads((_run(tmp_path) / "provenance.json").read_text())["segments"][0]
@@ -65,9 +68,7 @@ def test_init_from_an_earlier_run_loads_what_fits_and_leaves_the_head_new(
 
 
 @pytest.mark.slow
-def test_init_from_a_file_of_another_net_is_refused_and_leaves_no_run(
-    image_folder: Path, tmp_path: Path
-) -> None:
+def test_init_from_a_file_of_another_net_is_refused_and_leaves_no_run(image_folder: Path, tmp_path: Path) -> None:
     other = tmp_path / "other.pth"
     torch.save({"encoder.weight": torch.zeros(3, 3)}, other)
     with pytest.raises(ConfigError, match=r"model.init_from=.*other.pth.*nothing in it fits this net"):
@@ -151,3 +152,16 @@ def test_fine_tuning_a_net_without_a_backbone_is_refused_naming_the_nets_that_ha
 
     with pytest.raises(ConfigError, match=r"ConvNet declares no backbone.*project.nets.ResNet"):
         Classifier(net=ConvNet((1, 8, 8), 10), freeze_backbone=2)
+
+
+def test_a_tensor_shaped_differently_is_left_new_and_named() -> None:
+    from project.engine.weights import load_matching
+    from project.nets import ResNet
+
+    torch.manual_seed(0)
+    three, two = ResNet((3, 8, 8), 3, width=4, stages=1), ResNet((3, 8, 8), 2, width=4, stages=1)
+    before = {k: v.clone() for k, v in two.state_dict().items()}
+    loaded = load_matching(two, three.state_dict(), "three.pth", "model.init_from")
+    assert loaded.new == ["head.3.weight", "head.3.bias"]
+    for name, value in two.state_dict().items():
+        assert torch.equal(value, before[name] if name in loaded.new else three.state_dict()[name]), name

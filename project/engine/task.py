@@ -34,7 +34,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from project.engine.errors import ConfigError
 from project.engine.rng import capture_rng_state, restore_rng_state
 from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
-from project.engine.weights import load_matching, read_state_dict, resolve_weights_file
+from project.engine.weights import load_matching, read_state_dict, resolve_weights_file, target_names_of
 
 Batch = tuple[Tensor, Tensor]
 
@@ -192,8 +192,20 @@ class Task(L.LightningModule):
         if self.hparams.get("init_from"):
             key = "model.init_from"
             path = resolve_weights_file(self.hparams["init_from"], key)
-            state = read_state_dict(path, key)
-            self.initialized_from["init_from"] = load_matching(self.net, state, str(path), key).record()
+            state, why_new = read_state_dict(path, key), ""
+            theirs = target_names_of(path)
+            # A head trained for other classes (even as many) would start out wrong with confidence: where the net
+            # declares its backbone, only that is taken from a run of other targets.
+            if theirs is not None and theirs != self.target_names and hasattr(self.net, "backbone"):
+                state = {k: v for k, v in state.items() if k.startswith("backbone.")}
+                why_new = f"the earlier run's targets were {theirs[:4]}, not {self.target_names[:4]}"
+            loaded = load_matching(self.net, state, str(path), key, why_new=why_new)
+            self.initialized_from["init_from"] = loaded.record()
+
+    def _backbone(self) -> nn.Module:
+        backbone = self.net.backbone  # declared by the net (checked in __init__)
+        assert isinstance(backbone, nn.Module)
+        return backbone
 
     def backbone_frozen(self, epoch: int) -> bool:
         """Whether ``model.freeze_backbone`` freezes the backbone during ``epoch`` (0-based)."""
@@ -206,7 +218,7 @@ class Task(L.LightningModule):
         # at the unfreeze epoch they start training as if new to the optimizer, whose groups never change.
         if self.hparams.get("freeze_backbone", False):
             self._frozen = self.backbone_frozen(self.current_epoch)
-            self.net.backbone.requires_grad_(not self._frozen)
+            self._backbone().requires_grad_(not self._frozen)
             self.train(self.training)
 
     def train(self, mode: bool = True) -> "Task":
@@ -214,7 +226,7 @@ class Task(L.LightningModule):
         # Lightning puts the model back in train mode after validation: a frozen backbone's BatchNorm must stay in
         # eval mode, or its running statistics would drift with the new data while its weights stay fixed.
         if mode and getattr(self, "_frozen", False):
-            for module in self.net.backbone.modules():
+            for module in self._backbone().modules():
                 if isinstance(module, nn.modules.batchnorm._BatchNorm):
                     module.eval()
         return self
@@ -327,7 +339,7 @@ class Task(L.LightningModule):
         trainable = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
         parts: list[tuple[str, float, list[nn.Parameter]]] = [("", lr, [p for _, p in trainable])]
         if self.hparams.get("freeze_backbone", False) or scale != 1.0:
-            inside = {id(p) for p in self.net.backbone.parameters()}
+            inside = {id(p) for p in self._backbone().parameters()}
             parts = [
                 ("backbone", lr * scale, [p for _, p in trainable if id(p) in inside]),
                 ("head", lr, [p for _, p in trainable if id(p) not in inside]),

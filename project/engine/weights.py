@@ -34,6 +34,14 @@ def resolve_weights_file(path: str | Path, key: str) -> Path:
     return path
 
 
+def target_names_of(path: Path) -> list[str] | None:
+    """The target names (classes) a run's checkpoint was trained for; None for a plain weights file."""
+    if path.suffix != ".ckpt":
+        return None
+    names = load_checkpoint(path).get("hyper_parameters", {}).get("target_names")
+    return list(names) if names else None
+
+
 def read_state_dict(path: Path, key: str) -> dict[str, Tensor]:
     """The tensors in ``path``: a Lightning checkpoint's ``state_dict`` with the task's ``net.`` prefix removed (so
     its names are the net's), or a plain file's (timm's and torchvision's files, optionally under "state_dict",
@@ -74,7 +82,9 @@ class Loaded:
         return {"path": self.source, "tensors_loaded": len(self.loaded), "left_new": self.new}
 
 
-def load_matching(module: nn.Module, state: dict[str, Tensor], source: str, key: str, into: str = "") -> Loaded:
+def load_matching(
+    module: nn.Module, state: dict[str, Tensor], source: str, key: str, into: str = "", why_new: str = ""
+) -> Loaded:
     """Copy every tensor of ``state`` whose name and shape match one of ``module``'s (parameters and buffers, e.g.
     BatchNorm's running statistics) into it, in place (the optimizer, if built, keeps the same tensors); one line
     says how many were loaded and which were left new. Nothing matching is refused: the file is another net's."""
@@ -92,8 +102,8 @@ def load_matching(module: nn.Module, state: dict[str, Tensor], source: str, key:
     where = f" into {into}" if into else ""
     shown = ", ".join(_collapse(new)) if new else "none"
     rank_zero_info(
-        f"Loaded {len(matching)} of {len(own)} tensors{where} from {source}; left new (absent from it, or shaped "
-        f"differently): {shown}."
+        f"Loaded {len(matching)} of {len(own)} tensors{where} from {source}; left new "
+        f"({why_new or 'absent from it, or shaped differently'}): {shown}."
     )
     return Loaded(source, matching, new)
 
@@ -104,5 +114,6 @@ def _collapse(names: list[str]) -> list[str]:
     for name in names:
         prefix, _, leaf = name.rpartition(".")
         groups.setdefault(prefix, []).append(leaf)
-    shown = [f"{p}.{{{','.join(leaves)}}}" if len(leaves) > 1 else f"{p}.{leaves[0]}" for p, leaves in groups.items()]
+    shown = [f"{p}.{{{','.join(leaves)}}}" if len(leaves) > 1 else f"{p}.{leaves[0]}".lstrip(".")
+             for p, leaves in groups.items()]  # fmt: skip
     return shown if len(shown) <= 8 else [*shown[:8], f"... ({len(names)} tensors in all)"]
