@@ -165,3 +165,15 @@ def test_a_tensor_shaped_differently_is_left_new_and_named() -> None:
     assert loaded.new == ["head.3.weight", "head.3.bias"]
     for name, value in two.state_dict().items():
         assert torch.equal(value, before[name] if name in loaded.new else three.state_dict()[name]), name
+
+
+def test_the_fine_tuning_sweep_searches_the_backbone_lr_multiplier(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("optuna")
+    from conftest import ROOT
+
+    from project.engine.sweep.spec import check_against_cli, load
+
+    monkeypatch.chdir(ROOT)  # the sweep file's configs are relative to the checkout; parsing writes nothing
+    spec = load("configs/sweeps/finetune.yaml")
+    assert "model.backbone_lr_scale" in spec.params
+    check_against_cli(spec)  # every searched key at both ends of its range, as the CLI parses it
