@@ -13,7 +13,8 @@ SWEEP ?= configs/sweeps/default.yaml
 WORKERS ?= 1
 # Test processes (pytest-xdist): one per CPU core, at most 4; TEST_WORKERS=0 runs the tests in one process.
 TEST_WORKERS ?= auto
-# Extra pip requirement installed before the project, e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
+# Extra pip requirement installed before the project and kept while it installs (so its extras, e.g. timm's torchvision,
+# resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
 TORCH_SPEC ?=
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
@@ -37,7 +38,7 @@ help: ## list the targets
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
-	$(BIN)/pip install $(CONSTRAINTS) -e '.[dev]'
+	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
 	touch $@
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned)

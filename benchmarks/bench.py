@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import project  # noqa: F401  (before Lightning, which imports torchvision: see project/__init__.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "default.yaml")
 # Workloads: flags over the config. "default" is the config as it is (the shipped one has tiny steps, 20 per epoch:

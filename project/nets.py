@@ -92,8 +92,8 @@ class _ResidualBlock(nn.Module):
 class ResNet(nn.Module):
     """A small residual CNN for real images, any size from 8x8 to 224x224: a stem (a 3x3 conv, plus a stride-2
     conv and max-pool when the image is larger than 64 pixels), ``stages`` stages of ``blocks`` residual blocks
-    (each stage after the first halves the resolution and doubles the width), global average pooling, dropout and
-    a linear head.
+    (each stage after the first halves the resolution and doubles the width): the ``backbone``; then the ``head``:
+    global average pooling, dropout and a linear layer.
 
     BatchNorm normalises over each process's batch: with DDP, ``trainer.sync_batchnorm: true`` makes it use the
     global batch, so that 2 processes x B equal 1 process x 2B (README, "Scaling out")."""
@@ -124,13 +124,13 @@ class ResNet(nn.Module):
             for block in range(blocks):
                 layers.append(_ResidualBlock(channels, out, stride=2 if stage > 0 and block == 0 else 1))
                 channels = out
-        self.features = nn.Sequential(*layers)
+        self.backbone = nn.Sequential(*layers)  # what model.freeze_backbone and model.backbone_lr_scale act on
         self.head = nn.Sequential(
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(channels, num_outputs)
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x))
+        return self.head(self.backbone(x))
 
 
 def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:

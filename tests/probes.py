@@ -5,7 +5,7 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -312,3 +312,21 @@ class JitteredDigits(DigitsDataModule):
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
         train, val, test = super().load_splits()
         return _Jittered(train), val, test
+
+
+class Snapshots(L.Callback):
+    """The net's state_dict (copies) at the start of training and at the end of every training epoch, in
+    ``Snapshots.taken``: {"start": ..., 0: ..., 1: ...}. Class-level: the CLI builds the callback from its class
+    path."""
+
+    taken: ClassVar[dict[Any, dict[str, torch.Tensor]]] = {}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Snapshots.taken = {"start": _copy(pl_module.net)}
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        Snapshots.taken[trainer.current_epoch] = _copy(pl_module.net)
+
+
+def _copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}

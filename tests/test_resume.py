@@ -52,6 +52,9 @@ def _interrupted_then_resumed(
     return run
 
 
+FROZEN_FOR_AN_EPOCH = ("--model.net=project.nets.ResNet", "--model.net.init_args.width=8",
+                       "--model.net.init_args.stages=2", "--model.freeze_backbone=1",
+                       "--model.backbone_lr_scale=0.1")  # fmt: skip
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
     "mid-epoch": (4, {"step": 15}, 0, ()),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
@@ -67,6 +70,9 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "sigint-float64": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0, ("--trainer.precision=64-true",)),
     # float16 autocast with a GradScaler whose scale grows every 2 steps: its state must come back with the run.
     "sigint-fp16-loss-scaling": (None, {"step": 14, "signal": int(signal.SIGINT)}, 0, ("--config", FP16_CPU)),
+    # A ResNet whose backbone is frozen in epoch 0 (BatchNorm too) and at a tenth of the LR: killed as epoch 1
+    # starts, the resumed process unfreezes it, with the optimizer's groups and the schedule of the straight run.
+    "across-the-unfreeze-epoch": (None, {"epoch": 1}, 0, FROZEN_FOR_AN_EPOCH),
 }
 
 
@@ -87,7 +93,9 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
     a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)
-    for tag in ("train/loss", "lr-AdamW/pg1", "lr-AdamW/pg2", "val/loss", "val/acc"):
+    lrs = [tag for tag in a if tag.startswith("lr-AdamW/")]  # pg1, pg2, or a backbone's and head's groups
+    assert len(lrs) == (4 if "--model.freeze_backbone=1" in flags else 2)
+    for tag in ("train/loss", *lrs, "val/loss", "val/acc"):
         assert b[tag] == a[tag], f"{tag} differs ({case})"  # same steps, no duplicates, bitwise equal values
     assert [s for s, _ in a["train/loss"]] == list(range(EPOCHS * BATCHES))
 

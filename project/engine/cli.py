@@ -229,6 +229,13 @@ class CLI(LightningCLI):
                 "task for these targets (configs/tasks/*.yaml), or set the DataModule's target type (e.g. "
                 "data.target_type for a CSV)."
             )
+        # The net may declare the input statistics it expects (a pretrained backbone: its pretraining's); the
+        # DataModule, which alone knows the data, applies them unless its config says otherwise.
+        expected = getattr(task.net, "input_statistics", None)
+        if self.subcommand == "fit" and expected and data.hparams.get("normalize") is True:
+            data.expected_normalization = expected
+            print(f"Inputs normalised with the statistics {type(task.net).__name__} expects (mean {expected['mean']}, "
+                  f"std {expected['std']}); data.normalize=train uses the training split's instead.")  # fmt: skip
         if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
             self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]

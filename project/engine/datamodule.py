@@ -90,7 +90,7 @@ class DataModule(L.LightningDataModule):
         val_fraction: float = 0.15,
         test_fraction: float = 0.15,
         split_seed: int = 1234,
-        normalize: bool = True,
+        normalize: bool | Literal["train"] = True,
         predict_path: str | None = None,
     ) -> None:
         """
@@ -107,7 +107,9 @@ class DataModule(L.LightningDataModule):
             test_fraction: fraction of all samples held out for the final test.
             split_seed: seed of the train/val/test split, fixed apart from the run's seed so that runs with
                 different seeds are scored on the same test set.
-            normalize: standardise inputs with the mean/std per channel (or feature) of the training split.
+            normalize: standardise inputs with the mean/std per channel (or feature): those the net declares it
+                expects (``input_statistics``: a pretrained backbone's), else the training split's; ``train``: the
+                training split's in any case; false: raw inputs.
             predict_path: what ``predict`` runs on: a file or folder that ``load_predict_inputs`` reads; None =
                 the test split.
         """
@@ -132,6 +134,9 @@ class DataModule(L.LightningDataModule):
         self._train_loader_state: dict[str, int] | None = None
         self._normalization: dict[str, list[float]] | None = None
         self._norm_tensors: tuple[Tensor, Tensor] | None = None
+        # What the net expects its inputs to be normalised with ({"mean": [...], "std": [...]}), where it says
+        # (a pretrained backbone: its pretraining's); the engine hands it over before fit.
+        self.expected_normalization: dict[str, list[float]] | None = None
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
@@ -235,8 +240,23 @@ class DataModule(L.LightningDataModule):
         """{"mean": [...], "std": [...]} per channel (feature), from the training split; None without ``normalize``.
         Computed on first use unless a checkpoint restored it."""
         if self.hparams["normalize"] and self._normalization is None:
-            self._normalization = self._compute_normalization()
+            expected = self.expected_normalization if self.hparams["normalize"] is True else None
+            self._normalization = self._declared(expected) if expected else self._compute_normalization()
         return self._normalization
+
+    def _declared(self, stats: dict[str, list[float]]) -> dict[str, list[float]]:
+        """The net's expected statistics, per channel of these inputs: RGB statistics for one grayscale channel
+        are averaged (as timm sums an RGB stem's kernels into a one-channel one)."""
+        channels = self.input_shape[0]
+        mean, std = list(stats["mean"]), list(stats["std"])
+        if len(mean) != channels and channels == 1:
+            mean, std = [sum(mean) / len(mean)], [sum(std) / len(std)]
+        if len(mean) != channels or len(std) != channels:
+            raise ConfigError(
+                f"The net expects inputs normalised with {len(mean)} channel statistics but the data has {channels} "
+                "channels: set data.normalize=train (the training split's statistics) or false."
+            )
+        return {"mean": mean, "std": std}
 
     def _compute_normalization(self) -> dict[str, list[float]]:
         if self.train_set is None:

@@ -217,6 +217,11 @@ class Provenance(Callback):
         if trainer.ckpt_path:
             self.update(resumed_from=str(trainer.ckpt_path))
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After the task's on_fit_start, which loads a fresh run's starting weights (model.init_from, a backbone's).
+        if getattr(pl_module, "initialized_from", None):
+            self.update(initialized_from=pl_module.initialized_from)  # type: ignore[arg-type]
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._end(trainer, None)
 

@@ -57,7 +57,12 @@ class WarmupCosine(LRScheduler):
     leave every added step at ``min_lr``).
     """
 
-    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float) -> None:
+    def __init__(
+        self, optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr: float, lr: float | None = None
+    ) -> None:
+        """``min_lr`` is that of a group whose initial lr is ``lr``; a group starting at another lr (a backbone at
+        ``lr`` x 0.1) ends at ``min_lr`` times the same ratio, so its whole curve is the reference one scaled.
+        Without ``lr``, every group ends at ``min_lr``."""
         if not 0 <= warmup_steps < total_steps:
             raise ConfigError(
                 f"model.warmup resolves to {warmup_steps} warmup steps, but the run has only {total_steps} "
@@ -66,6 +71,7 @@ class WarmupCosine(LRScheduler):
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr = min_lr
+        self.reference_lr = lr
         super().__init__(optimizer)
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -85,6 +91,12 @@ class WarmupCosine(LRScheduler):
 
     def get_lr(self) -> list[float | Tensor]:
         return [
-            warmup_cosine_lr(self.last_epoch, float(base_lr), self.min_lr, self.warmup_steps, self.total_steps)
+            warmup_cosine_lr(self.last_epoch, float(base_lr), self._min_lr(float(base_lr)), self.warmup_steps,
+                             self.total_steps)
             for base_lr in self.base_lrs
-        ]
+        ]  # fmt: skip
+
+    def _min_lr(self, base_lr: float) -> float:
+        if self.reference_lr is None or base_lr == self.reference_lr:
+            return self.min_lr
+        return self.min_lr * base_lr / self.reference_lr

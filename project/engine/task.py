@@ -34,6 +34,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from project.engine.errors import ConfigError
 from project.engine.rng import capture_rng_state, restore_rng_state
 from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
+from project.engine.weights import load_matching, read_state_dict, resolve_weights_file, target_names_of
 
 Batch = tuple[Tensor, Tensor]
 
@@ -57,6 +58,9 @@ class Task(L.LightningModule):
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
         compile: bool | str = False,
+        init_from: str | None = None,
+        freeze_backbone: bool | int = False,
+        backbone_lr_scale: float = 1.0,
     ) -> None:
         """
         Args:
@@ -73,6 +77,15 @@ class Task(L.LightningModule):
             compile: ``torch.compile`` the net (true: the default inductor backend; a string names another
                 backend, e.g. "eager" to debug). Compiled in place (``nn.Module.compile``), so parameter names and
                 checkpoints are those of the plain net and load into an uncompiled model.
+            init_from: start a fresh run (new optimizer, schedule and run directory) from the weights of an earlier
+                run (its directory: best.ckpt, else last.ckpt), a checkpoint, or a weights file: the tensors whose
+                names and shapes match are loaded, the rest (e.g. a head for other classes) stays new. Loaded after
+                the net's own pretrained weights, if any; ignored when a run resumes (its checkpoint has the weights).
+            freeze_backbone: the net's ``backbone`` (a net declares it by having that submodule) is not trained:
+                true for the whole run, N for the first N epochs. While frozen its BatchNorm layers stay in eval mode
+                (their running statistics are kept).
+            backbone_lr_scale: the backbone's learning rate relative to the head's (``lr``, ``min_lr`` and the
+                whole warmup+cosine curve scaled), e.g. 0.1 to fine-tune pretrained features gently.
         """
         super().__init__()
         if not lr > 0:
@@ -82,6 +95,17 @@ class Task(L.LightningModule):
         check_warmup(warmup)
         if weight_decay < 0:
             raise ConfigError(f"model.weight_decay={weight_decay!r}: must be >= 0.")
+        if not (isinstance(freeze_backbone, bool) or freeze_backbone >= 0):
+            raise ConfigError(f"model.freeze_backbone={freeze_backbone!r}: true, false, or a number of epochs >= 0.")
+        if not backbone_lr_scale > 0:
+            raise ConfigError(f"model.backbone_lr_scale={backbone_lr_scale!r}: must be > 0 (freeze it instead: "
+                              "model.freeze_backbone=true).")  # fmt: skip
+        if (freeze_backbone or backbone_lr_scale != 1.0) and not isinstance(getattr(net, "backbone", None), nn.Module):
+            raise ConfigError(
+                f"model.freeze_backbone={freeze_backbone!r}, model.backbone_lr_scale={backbone_lr_scale!r}: "
+                f"{type(net).__name__} declares no backbone (a submodule named 'backbone'); nets that do: "
+                "project.nets.ResNet, project.backbones.TimmNet."
+            )
         # Under LightningCLI the saved hparams are the config, ``net`` as class_path/init_args: plain data that
         # loads with weights_only=True and lets load_from_checkpoint rebuild the net. Built by hand, ``net`` is a
         # module object, which must never be pickled into a checkpoint: its weights are in the state_dict anyway.
@@ -98,6 +122,7 @@ class Task(L.LightningModule):
         metrics = self.configure_metrics()
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        self.initialized_from: dict[str, Any] = {}  # where a fresh run's weights came from, for provenance.json
 
     # ---- what a task says ---------------------------------------------------------------------------------------
 
@@ -155,6 +180,56 @@ class Task(L.LightningModule):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+    def on_fit_start(self) -> None:
+        # A fresh run only: a resumed one has its weights (and the fine-tuned backbone) in its checkpoint, already
+        # restored by now, and the files it started from need not exist any more.
+        if self.trainer.ckpt_path is not None:
+            return
+        load_pretrained = getattr(self.net, "load_pretrained", None)
+        if callable(load_pretrained) and (pretrained := load_pretrained()):
+            self.initialized_from["pretrained"] = pretrained
+        if self.hparams.get("init_from"):
+            key = "model.init_from"
+            path = resolve_weights_file(self.hparams["init_from"], key)
+            state, why_new = read_state_dict(path, key), ""
+            theirs = target_names_of(path)
+            # A head trained for other classes (even as many) would start out wrong with confidence: where the net
+            # declares its backbone, only that is taken from a run of other targets.
+            if theirs is not None and theirs != self.target_names and hasattr(self.net, "backbone"):
+                state = {k: v for k, v in state.items() if k.startswith("backbone.")}
+                why_new = f"the earlier run's targets were {theirs[:4]}, not {self.target_names[:4]}"
+            loaded = load_matching(self.net, state, str(path), key, why_new=why_new)
+            self.initialized_from["init_from"] = loaded.record()
+
+    def _backbone(self) -> nn.Module:
+        backbone = self.net.backbone  # declared by the net (checked in __init__)
+        assert isinstance(backbone, nn.Module)
+        return backbone
+
+    def backbone_frozen(self, epoch: int) -> bool:
+        """Whether ``model.freeze_backbone`` freezes the backbone during ``epoch`` (0-based)."""
+        freeze = self.hparams.get("freeze_backbone", False)
+        return freeze is True or (freeze is not False and epoch < freeze)
+
+    def on_train_epoch_start(self) -> None:
+        # Decided from the epoch alone, so a run resumed in any epoch freezes exactly as the uninterrupted one.
+        # Frozen parameters get no gradient, so AdamW skips them entirely (no update, no weight decay, no state):
+        # at the unfreeze epoch they start training as if new to the optimizer, whose groups never change.
+        if self.hparams.get("freeze_backbone", False):
+            self._frozen = self.backbone_frozen(self.current_epoch)
+            self._backbone().requires_grad_(not self._frozen)
+            self.train(self.training)
+
+    def train(self, mode: bool = True) -> "Task":
+        super().train(mode)
+        # Lightning puts the model back in train mode after validation: a frozen backbone's BatchNorm must stay in
+        # eval mode, or its running statistics would drift with the new data while its weights stay fixed.
+        if mode and getattr(self, "_frozen", False):
+            for module in self._backbone().modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        return self
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         x, y = batch
@@ -255,19 +330,36 @@ class Task(L.LightningModule):
         if self._trainer is not None and self.trainer.state.fn == "fit" and "rng_states" in checkpoint:
             restore_rng_state(checkpoint["rng_states"])
 
+    def param_groups(self) -> list[dict[str, Any]]:
+        """AdamW's groups: weight matrices and conv kernels with weight decay, the rest without; with a backbone
+        being fine-tuned (frozen for a while, or at its own LR), the backbone's two groups first, at ``lr`` times
+        ``backbone_lr_scale``. The groups are the same all run long (freezing only withholds gradients), so the
+        schedule and a resumed optimizer see the same groups at every epoch."""
+        lr, scale = self.hparams["lr"], self.hparams.get("backbone_lr_scale", 1.0)
+        trainable = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+        parts: list[tuple[str, float, list[nn.Parameter]]] = [("", lr, [p for _, p in trainable])]
+        if self.hparams.get("freeze_backbone", False) or scale != 1.0:
+            inside = {id(p) for p in self._backbone().parameters()}
+            parts = [
+                ("backbone", lr * scale, [p for _, p in trainable if id(p) in inside]),
+                ("head", lr, [p for _, p in trainable if id(p) not in inside]),
+            ]
+        groups = []
+        for part, part_lr, params in parts:
+            for kind, decay in (("decay", self.hparams["weight_decay"]), ("no_decay", 0.0)):
+                group: dict[str, Any] = {
+                    "params": [p for p in params if (p.ndim >= 2) == (kind == "decay")], "weight_decay": decay,
+                    "lr": part_lr,
+                }  # fmt: skip
+                if part:  # named in the LR curves (lr-AdamW/backbone/decay); the plain split keeps pg1, pg2
+                    group["name"] = f"{part}/{kind}"
+                groups.append(group)
+        return groups
+
     def configure_optimizers(self) -> Any:
-        decay = [p for p in self.parameters() if p.requires_grad and p.ndim >= 2]
-        no_decay = [p for p in self.parameters() if p.requires_grad and p.ndim < 2]
         # foreach (the default), never fused=True: fused AdamW + gradient clipping under AMP raises in
         # Lightning 2.6 (#21435).
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=self.hparams["lr"],
-            betas=tuple(self.hparams["betas"]),
-        )
+        optimizer = torch.optim.AdamW(self.param_groups(), lr=self.hparams["lr"], betas=tuple(self.hparams["betas"]))
         total = self.trainer.estimated_stepping_batches
         if not math.isfinite(total):
             raise ConfigError(
@@ -278,5 +370,5 @@ class Task(L.LightningModule):
         warmup = resolve_warmup_steps(self.hparams["warmup"], total)
         if getattr(self.trainer, "fast_dev_run", False):  # a smoke test of a few batches: the curve squeezed in
             warmup = min(warmup, total - 1)
-        scheduler = WarmupCosine(optimizer, warmup, total, self.hparams["min_lr"])
+        scheduler = WarmupCosine(optimizer, warmup, total, self.hparams["min_lr"], lr=self.hparams["lr"])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
