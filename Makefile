@@ -42,7 +42,7 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	touch $@
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned)
-	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
+	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)' -e '.[dev]')
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
