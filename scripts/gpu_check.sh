@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a CUDA machine, in under 5 minutes: the gpu-marked tests, a bench of both workloads on the GPU, and the
-# template's step time in fp32, bf16-mixed, and bf16-mixed with a compiled net.
+# On a CUDA machine, in under 5 minutes: the gpu-marked tests, a bench of both workloads on the GPU, the
+# template's fits in fp32, bf16-mixed, and bf16-mixed with a compiled net, then the GPU report of all of it
+# (benchmarks/gpu_report.py: two tables to paste into an issue, and <out>/gpu-<time>.json).
 # Usage: scripts/gpu_check.sh          (after `make install`)
 #        scripts/gpu_check.sh --cpu    every command of it, tiny and on the CPU: `make test` runs this, so a renamed
 #                                      flag, workload or config fails a test here rather than on your first GPU.
@@ -14,7 +15,7 @@ LOGS=${GPU_CHECK_LOGS:-logs}
 if [ "${1:-}" = "--cpu" ]; then
     bench=(--repeats 1 --workloads default --epochs 2 --checkpoint-mb 0)
     fit=(--trainer.accelerator=cpu --trainer.max_epochs=1 --trainer.limit_train_batches=3 --trainer.limit_val_batches=2
-         --trainer.limit_test_batches=2 --data.num_workers=0)
+         --trainer.limit_test_batches=2 --data.num_workers=0 --trainer.log_every_n_steps=1)
     compiled=eager  # inductor's C++ build takes minutes on a CPU; the eager backend runs the same compile path
 else
     "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name())"
@@ -33,3 +34,4 @@ for extra in "--trainer.precision=32-true" "--trainer.precision=bf16-mixed" \
         $extra --trainer.logger.init_args.save_dir="$LOGS" --trainer.logger.init_args.name=gpu-check 2>&1 \
         | grep -E "Test of|^epoch [0-9]+:"
 done
+"$PY" benchmarks/gpu_report.py --logs "$LOGS/gpu-check" --out "$OUT" --last 3 --command "scripts/gpu_check.sh${1:+ $1}"

@@ -1,6 +1,7 @@
 """scripts/gpu_check.sh, the first thing to run on a GPU workstation, in its CPU mode: every command it runs on a
 GPU (the gpu-marked tests, the bench, the fits over configs/gpu.yaml) runs here, tiny, so it cannot rot unseen."""
 
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,18 @@ def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> N
         "== --trainer.precision=bf16-mixed --model.compile=eager",
     ]  # fmt: skip
     assert out.count("Test of ") == 3 and len(list((tmp_path / "logs" / "gpu-check").glob("version_*"))) == 3
+    # The report: one row per fit with every figure read back from its run, one per bench workload, a JSON file.
+    (path,) = (tmp_path / "results").glob("gpu-*.json")
+    report = json.loads(path.read_text())
+    assert [(f["precision"], f["compile"]) for f in report["fits"]] == [
+        ("32-true", False), ("bf16-mixed", False), ("bf16-mixed", "eager")]  # fmt: skip
+    for fit in report["fits"]:
+        assert all(fit[k] is not None for k in ("step_ms", "samples_per_sec", "first_logged_step_s",
+                                                 "peak_memory_mb", "data_wait", "test_score")), fit  # fmt: skip
+        assert fit["step_ms"] > 0 and 0 <= fit["data_wait"] <= 1 and fit["test_metric"] == "test/acc"
+    assert [row["workload"] for row in report["bench"]["rows"]] == ["default"]
+    assert "| precision | compile | step ms |" in out and "| bench workload (fp32) |" in out
+    assert "paste the tables above into an issue, with the command: scripts/gpu_check.sh --cpu" in out
 
 
 def test_the_gpu_only_branch_names_only_what_exists() -> None:
