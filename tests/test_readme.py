@@ -46,6 +46,17 @@ def test_every_make_target_the_readme_runs_exists() -> None:
     assert used <= targets, f"the README runs make targets the Makefile lacks: {sorted(used - targets)}"
 
 
+def test_every_measured_time_is_in_the_dated_measurements() -> None:
+    # One dated table (and the bench's own tables in Performance), so two figures for one thing cannot disagree.
+    # Example outputs (code blocks) and settings (SLURM's SIGTERM lead) are not measurements.
+    prose = re.sub(r"```.*?```", "", README, flags=re.S).replace("SIGTERM 120 s", "")
+    sections = re.split(r"^## ", prose, flags=re.M)
+    stray = [f"{section.splitlines()[0]}: {m.group(0)!r}" for section in sections
+             if not section.startswith(("Measurements", "Performance"))
+             for m in re.finditer(r".{30}\b\d+(?:\.\d+)? ?(?:min|s)\b", section)]  # fmt: skip
+    assert not stray, f"times given outside the Measurements table: {stray}"
+
+
 def test_the_makefile_section_names_every_target_and_variable() -> None:
     makefile = (ROOT / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z][\w-]*):.*##", makefile, re.M))
