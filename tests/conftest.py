@@ -21,6 +21,8 @@ IMAGES = str(ROOT / "tests" / "configs" / "images.yaml")  # over DIGITS, with --
 TABLE = str(ROOT / "tests" / "configs" / "table.yaml")  # over DIGITS, with --data.path=<table_csv>
 REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS, with --data.path=<regression_csv>
 MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
+# What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes).
+PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
 
@@ -142,6 +144,16 @@ def _restore_environment() -> Iterator[None]:
     os.environ.update(saved)
 
 
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one thread in this process, as in the suite's subprocesses (OMP_NUM_THREADS=1): a conv's sums
+    depend on the thread count, so a run here is bitwise comparable with one a subprocess began only then."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DIGITS,)) -> CLI:
     """Run ``fit`` through the real CLI in this process, logging under ``save_dir``."""
     argv = ["fit", *(a for c in configs for a in ("--config", c))]
@@ -166,7 +178,7 @@ def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> sub
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        "PYTHONPATH": PYTHONPATH,
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scratch_dir
+from conftest import DEBUG, DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, scratch_dir
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
@@ -348,7 +348,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.slow
 @pytest.mark.parametrize("writer", ["atomic", "background"])
 def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_resumes_exactly(
-    writer: str, small_disk: Path, tmp_path: Path
+    writer: str, small_disk: Path, tmp_path: Path, one_thread: None
 ) -> None:
     run_args = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
                 "--trainer.limit_test_batches=2", "--trainer.enable_progress_bar=false",
@@ -381,7 +381,7 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
 
 @pytest.mark.slow
 def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoint_and_it_resumes_exactly(
-    tmp_path: Path,
+    tmp_path: Path, one_thread: None
 ) -> None:
     # The out-of-memory killer's SIGKILL, for real, to a worker of the run's validation loader (2 workers per
     # loader, kept across epochs) while the run holds at epoch 1's start. Unlike a train worker, it owes the
@@ -391,7 +391,7 @@ def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoi
     run_args = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
                 "--trainer.limit_test_batches=2", "--data.num_workers=2", "--trainer.callbacks+=probes.Hold",
                 f"--trainer.callbacks.release={release}")  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH}
     proc = subprocess.Popen(
         [sys.executable, "-m", "project", "fit", "--config", DIGITS, *run_args,
          f"--trainer.logger.init_args.save_dir={tmp_path / 'killed'}"],
@@ -422,14 +422,9 @@ def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoi
     assert segment["status"] == "stopped at step 6: a DataLoader worker died"
 
     release.touch()  # as `make resume RUN=<run>` runs it, then the same run uninterrupted: bitwise equal
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the killed process (OMP_NUM_THREADS=1): a conv's sums depend on the threads
-    try:
-        resumed = fit(tmp_path / "killed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-                      configs=(str(run / "config.yaml"),))  # fmt: skip
-        straight = fit(tmp_path / "straight", *run_args)
-    finally:
-        torch.set_num_threads(threads)
+    resumed = fit(tmp_path / "killed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                  configs=(str(run / "config.yaml"),))  # fmt: skip
+    straight = fit(tmp_path / "straight", *run_args)
     assert resumed.trainer.global_step == straight.trainer.global_step == 10
     final = [torch.load(r / "digits" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
              for r in (tmp_path / "killed", tmp_path / "straight")]  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DIGITS, ROOT, fit, free_port, run_module, scalars, scratch_dir
+from conftest import DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, scalars, scratch_dir
 from test_mechanics import expected_lr
 
 from project.nets import ConvNet
@@ -223,7 +223,7 @@ def _two_launches(envs: list[dict[str, str]], args: list[str], logs: Path, timeo
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "PYTHONWARNINGS": "ignore",
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        "PYTHONPATH": PYTHONPATH,
     }
     logs.mkdir(parents=True, exist_ok=True)
     files = [open(logs / f"node{i}.log", "w+") for i in range(len(envs))]  # noqa: SIM115
@@ -323,7 +323,7 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
         (bin_ / tool).chmod(0o755)
     port = _free_port_in(15000, 25000)  # SLURMEnvironment's port is 15000 + the job id's last 4 digits
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": PYTHONPATH, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}",
            "SLURM_SUBMIT_DIR": str(submit),
            "SLURM_JOB_ID": str(port - 15000), "SLURM_JOB_NAME": "train", "SLURM_NNODES": "2",
            "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2", "SLURM_NODELIST": "localhost",

@@ -13,7 +13,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from conftest import DIGITS, ROOT, free_port, run_module, wait_or_kill
+from conftest import DIGITS, PYTHONPATH, ROOT, free_port, run_module, wait_or_kill
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
@@ -56,7 +56,7 @@ def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
         "PYTHONWARNINGS": "ignore",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
-        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+        "PYTHONPATH": PYTHONPATH,
     }  # fmt: skip (probes importable)
     return subprocess.Popen(
         [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
