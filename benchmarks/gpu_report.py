@@ -41,7 +41,8 @@ def fit_row(run: Path) -> dict[str, Any]:
     per_sec = _median_after_warmup(batches)
     first = series("train/samples_per_sec")[:1]
     started = datetime.fromisoformat(segment["started"]).timestamp()
-    memory = series("train/peak_gpu_mem_mb") or series("train/peak_rss_mb")
+    gpu_memory = series("train/peak_gpu_mem_mb")
+    memory = gpu_memory or series("train/peak_rss_mb")
     judged = segment.get("judged_by", {}).get("metric", "val/loss").replace("val/", "test/")
     return {
         "run": str(run),
@@ -52,7 +53,7 @@ def fit_row(run: Path) -> dict[str, Any]:
         "first_logged_step_s": first[0].wall_time - started if first else None,
         "first_logged_step": first[0].step + 1 if first else None,
         "peak_memory_mb": max(e.value for e in memory) if memory else None,
-        "memory_kind": "GPU allocated" if series("train/peak_gpu_mem_mb") else "process RSS",
+        "memory_kind": "GPU allocated" if gpu_memory else "process RSS",
         "data_wait": _median_after_warmup([e.value for e in series("train/data_wait")]),
         "test_metric": judged,
         "test_score": segment.get("scores", {}).get(judged),

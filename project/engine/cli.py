@@ -350,6 +350,11 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
             trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")
 
 
+def _resume_command() -> str:
+    """The command that continues the run being fitted (or, before one has a directory, the latest run)."""
+    return f"make resume RUN={CLI.run_dir}" if CLI.run_dir else "make resume"
+
+
 def _disk_fault(err: OSError) -> str | None:
     """One sentence for a failed write: the checkpoint's own (it names the file), else that of another writer on
     the same full disk (the logger's event file, found first or raised while the run shut down); None for any
@@ -361,9 +366,8 @@ def _disk_fault(err: OSError) -> str | None:
         return None
     run = CLI.run_dir
     where = f"{run} ({free_space(run)})" if run else "the run directory"
-    resume = f"make resume RUN={run}" if run else "make resume"
     return (f"no space left on the device writing to {where}; the checkpoints already written are untouched. Free "
-            f"some space, then continue the run: {resume}")  # fmt: skip
+            f"some space, then continue the run: {_resume_command()}")  # fmt: skip
 
 
 # torch's two ways of saying a loader worker died: its SIGCHLD handler's, and the loader's when a fetch times out.
@@ -377,14 +381,12 @@ def _worker_fault(err: RuntimeError) -> str | None:
     if match is None:
         return None
     pids, signal_name = match.groups()
-    run = CLI.run_dir
     how = f"was killed by a signal ({signal_name})" if signal_name else "exited unexpectedly"
-    resume = f"make resume RUN={run}" if run else "make resume"
     kept = (f"The run stopped after step {err.step} with {err.checkpoint} saved" if isinstance(err, LoaderWorkerDied)
             else "The checkpoints already written are whole")  # fmt: skip
     return (f"a DataLoader worker (pid {pids.strip()}) {how}: most often the out-of-memory killer (dmesg names "
             "it); fewer data.num_workers, a smaller data.prefetch_factor or data.batch_size, or smaller samples "
-            f"need less memory. {kept}; continue it: {resume}")  # fmt: skip
+            f"need less memory. {kept}; continue it: {_resume_command()}")  # fmt: skip
 
 
 def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:
