@@ -13,7 +13,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from project.engine.errors import ConfigError
-from project.engine.weights import load_matching, read_state_dict, resolve_weights_file
+from project.engine.weights import load_matching, read_weights, resolve_weights_file
 
 
 def _timm() -> Any:
@@ -74,7 +74,7 @@ class TimmNet(nn.Module):
             return None
         key = "model.net.init_args.weights"
         path = self._cached_file() if self.weights == "timm" else resolve_weights_file(self.weights, key)
-        state = read_state_dict(path, key)
+        state, _ = read_weights(path, key)
         return load_matching(self.backbone, state, str(path), key, into="the backbone").record()
 
     def _cached_file(self) -> Path:

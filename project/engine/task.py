@@ -34,7 +34,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from project.engine.errors import ConfigError
 from project.engine.rng import capture_rng_state, restore_rng_state
 from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
-from project.engine.weights import load_matching, read_state_dict, resolve_weights_file, target_names_of
+from project.engine.weights import load_matching, read_weights, resolve_weights_file
 
 Batch = tuple[Tensor, Tensor]
 
@@ -192,8 +192,7 @@ class Task(L.LightningModule):
         if self.hparams.get("init_from"):
             key = "model.init_from"
             path = resolve_weights_file(self.hparams["init_from"], key)
-            state, why_new = read_state_dict(path, key), ""
-            theirs = target_names_of(path)
+            (state, theirs), why_new = read_weights(path, key), ""
             # A head trained for other classes (even as many) would start out wrong with confidence: where the net
             # declares its backbone, only that is taken from a run of other targets.
             if theirs is not None and theirs != self.target_names and hasattr(self.net, "backbone"):

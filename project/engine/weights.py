@@ -34,28 +34,23 @@ def resolve_weights_file(path: str | Path, key: str) -> Path:
     return path
 
 
-def target_names_of(path: Path) -> list[str] | None:
-    """The target names (classes) a run's checkpoint was trained for; None for a plain weights file."""
-    if path.suffix != ".ckpt":
-        return None
-    names = load_checkpoint(path).get("hyper_parameters", {}).get("target_names")
-    return list(names) if names else None
-
-
-def read_state_dict(path: Path, key: str) -> dict[str, Tensor]:
-    """The tensors in ``path``: a Lightning checkpoint's ``state_dict`` with the task's ``net.`` prefix removed (so
-    its names are the net's), or a plain file's (timm's and torchvision's files, optionally under "state_dict",
-    "model" or "module.")."""
+def read_weights(path: Path, key: str) -> tuple[dict[str, Tensor], list[str] | None]:
+    """The tensors in ``path``, and the target names (classes) it was trained for when it is a run's checkpoint
+    (None for a plain weights file), from one read: a Lightning checkpoint's ``state_dict`` with the task's
+    ``net.`` prefix removed (so its names are the net's), or a plain file's (timm's and torchvision's files,
+    optionally under "state_dict", "model" or "module.")."""
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path))
+            return load_file(str(path)), None
         except Exception as err:
             raise ConfigError(f"{key}={str(path)!r} is not a readable safetensors file: {err}") from None
     if path.suffix == ".ckpt":
-        state = load_checkpoint(path)["state_dict"]
-        return {k.removeprefix("net."): v for k, v in state.items() if k.startswith("net.")}
+        checkpoint = load_checkpoint(path)
+        names = checkpoint.get("hyper_parameters", {}).get("target_names")
+        state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+        return state, list(names) if names else None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
@@ -66,7 +61,7 @@ def read_state_dict(path: Path, key: str) -> dict[str, Tensor]:
             state = state[wrapper]
     if not isinstance(state, dict):
         raise ConfigError(f"{key}={str(path)!r} holds a {type(state).__name__}, not a dict of tensors.")
-    return {k.removeprefix("module."): v for k, v in state.items() if isinstance(v, Tensor)}
+    return {k.removeprefix("module."): v for k, v in state.items() if isinstance(v, Tensor)}, None
 
 
 @dataclass
