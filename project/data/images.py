@@ -48,20 +48,23 @@ class ImageFiles(Dataset[tuple[Tensor, Tensor]]):
         return decode_image(path, self.size, self.grayscale), torch.tensor(label)
 
 
-class _Augmented(Dataset[tuple[Tensor, Tensor]]):
-    """The training split with random horizontal flips; val/test/predict see the images as they are."""
+class Flipped(Dataset[tuple[Tensor, Tensor]]):
+    """The training split with random horizontal flips of its images (and of its targets too, where they are
+    images themselves: a segmentation's masks); val/test/predict see the images as they are."""
 
-    def __init__(self, subset: Subset) -> None:
-        self.subset = subset
+    def __init__(self, subset: Subset, targets_too: bool = False) -> None:
+        self.subset, self.targets_too = subset, targets_too
 
     def __len__(self) -> int:
         return len(self.subset)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        image, label = self.subset[index]
+        image, target = self.subset[index]
         # torch's RNG: in a worker, seeded per epoch from the loader's generator; without workers, the run's
         # (checkpointed) RNG, so a mid-epoch resume with num_workers=0 replays the same flips.
-        return (image.flip(-1) if torch.rand(()) < 0.5 else image), label
+        if torch.rand(()) >= 0.5:
+            return image, target
+        return image.flip(-1), target.flip(-1) if self.targets_too else target
 
 
 class ImageFolderDataModule(DataModule):
@@ -106,7 +109,7 @@ class ImageFolderDataModule(DataModule):
 
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
         train, val, test = super().load_splits()
-        return (_Augmented(train) if self.hparams["augment"] else train), val, test  # type: ignore[arg-type]
+        return (Flipped(train) if self.hparams["augment"] else train), val, test  # type: ignore[arg-type]
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":

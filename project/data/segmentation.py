@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset
 
-from project.data.images import IMAGE_SUFFIXES, decode_image
+from project.data.images import IMAGE_SUFFIXES, Flipped, decode_image
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 
@@ -73,21 +73,6 @@ class SegmentationFiles(Dataset[tuple[Tensor, Tensor]]):
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         image, mask = self.pairs[index]
         return decode_image(image, self.size, self.grayscale), torch.from_numpy(read_mask(mask, self.size))
-
-
-class _Flipped(Dataset[tuple[Tensor, Tensor]]):
-    """The training split with random horizontal flips of each pair, image and mask alike."""
-
-    def __init__(self, subset: Subset) -> None:
-        self.subset = subset
-
-    def __len__(self) -> int:
-        return len(self.subset)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        image, mask = self.subset[index]
-        # torch's RNG, as images.py's flips: seeded per epoch in a worker, the run's checkpointed RNG without one.
-        return (image.flip(-1), mask.flip(-1)) if torch.rand(()) < 0.5 else (image, mask)
 
 
 class SegmentationFolderDataModule(DataModule):
@@ -173,7 +158,8 @@ class SegmentationFolderDataModule(DataModule):
 
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
         train, val, test = super().load_splits()
-        return (_Flipped(train) if self.hparams["augment"] else train), val, test  # type: ignore[arg-type]
+        flipped = Flipped(train, targets_too=True)  # type: ignore[arg-type]
+        return (flipped if self.hparams["augment"] else train), val, test  # type: ignore[arg-type]
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
