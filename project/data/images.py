@@ -34,6 +34,18 @@ def decode_image(path: Path, size: tuple[int, int], grayscale: bool) -> Tensor:
     return torch.from_numpy(pixels[None] if grayscale else pixels.transpose(2, 0, 1).copy())
 
 
+def images_to_predict(path: Path, input_shape: tuple[int, ...]) -> tuple[list[Path], list[str]]:
+    """The image files ``predict`` reads at ``path`` (one image, or a folder's, sorted) and their names (relative
+    to the folder); a ``ConfigError`` naming ``path`` when it holds none."""
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else [path]
+    if not files or files[0].suffix.lower() not in IMAGE_SUFFIXES:
+        raise ConfigError(
+            f"data.predict_path={str(path)!r}: expected an image file, a folder of images {IMAGE_SUFFIXES} or "
+            f"a .npy array of N x {input_shape}."
+        )
+    return files, [str(f.relative_to(path)) if path.is_dir() else f.name for f in files]
+
+
 class ImageFiles(Dataset[tuple[Tensor, Tensor]]):
     """(image, label) pairs decoded from files on each access."""
 
@@ -114,11 +126,5 @@ class ImageFolderDataModule(DataModule):
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
             return super().load_predict_inputs(path)
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else [path]
-        if not files or files[0].suffix.lower() not in IMAGE_SUFFIXES:
-            raise ConfigError(
-                f"data.predict_path={str(path)!r}: expected an image file, a folder of images {IMAGE_SUFFIXES} or "
-                f"a .npy array of N x {self.input_shape}."
-            )
-        self.predict_names = [str(f.relative_to(path)) if path.is_dir() else f.name for f in files]
+        files, self.predict_names = images_to_predict(path, self.input_shape)
         return torch.stack([decode_image(f, self.size, self.hparams["grayscale"]) for f in files])

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from project.data.images import IMAGE_SUFFIXES, Flipped, decode_image
+from project.data.images import IMAGE_SUFFIXES, Flipped, decode_image, images_to_predict
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 
@@ -165,12 +165,6 @@ class SegmentationFolderDataModule(DataModule):
         if path.suffix == ".npy":
             self.predict_names, self.predict_sizes = None, None  # raw arrays: the masks come at image_size
             return super().load_predict_inputs(path)
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else [path]
-        if not files or files[0].suffix.lower() not in IMAGE_SUFFIXES:
-            raise ConfigError(
-                f"data.predict_path={str(path)!r}: expected an image file, a folder of images {IMAGE_SUFFIXES} or "
-                f"a .npy array of N x {self.input_shape}."
-            )
-        self.predict_names = [str(f.relative_to(path)) if path.is_dir() else f.name for f in files]
+        files, self.predict_names = images_to_predict(path, self.input_shape)
         self.predict_sizes = [image_size_of(f) for f in files]  # each predicted mask is written at this size
         return torch.stack([decode_image(f, self.size, self.hparams["grayscale"]) for f in files])
