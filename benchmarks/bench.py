@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,24 @@ CONFIG = str(ROOT / "configs" / "default.yaml")
 WORKLOADS = {
     "default": {"args": [], "epochs": 8},
     "long": {"args": ["--model.net.init_args.channels=192", "--data.batch_size=6"], "epochs": 3},
-}
+    # A step that is almost pure overhead (a 16-wide MLP on 8 samples): what the training loop itself costs.
+    "floor": {"args": ["--model.net=project.nets.MLP", "--model.net.init_args.hidden=16", "--data.batch_size=8"],
+              "epochs": 3},
+}  # fmt: skip
+# The decomposition (--parts): each of the template's pieces, added one at a time to a bare Lightning fit of the same
+# task and data, in this order, all in one process per workload. "template" is the whole trainer the CLI builds.
+PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressBar", "TaskCheckpoint", "LastCheckpoint",
+         "TaskEarlyStopping"]  # fmt: skip
+# Training batches per epoch in the decomposition (its rows are per step and per validation batch, so a shorter
+# epoch changes no row, only how long the nine fits take).
+PARTS_LIMIT = {"long": 70}
 
 
 def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = None) -> Any:
+def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = None, extra: tuple = ()) -> Any:
     from project.engine.cli import CLI
 
     w = WORKLOADS[workload]
@@ -62,13 +73,13 @@ def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = 
         [
             "--config", config, *w["args"], f"--trainer.max_epochs={epochs or w['epochs']}",
             f"--trainer.logger.init_args.save_dir={save_dir or ROOT / 'benchmarks' / 'results' / 'logs'}",
-            "--trainer.logger.init_args.name=bench",
+            "--trainer.logger.init_args.name=bench", *extra,
         ],
         run=False,
     )  # fmt: skip
 
 
-def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> None:
+def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit: int | None = None) -> None:
     """What the hand-written loop needs, read from the objects the template's CLI builds for the same config: the
     DataModule's splits as tensors and its normalisation (its contract), the net's class and arguments, and the
     recipe's hyperparameters. Saved as plain data and tensors, so the loop loads it without Lightning."""
@@ -86,7 +97,12 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path) -> No
         "lr": model.lr, "min_lr": model.min_lr, "warmup": model.warmup, "weight_decay": model.weight_decay,
         "betas": list(model.betas), "clip": trainer.gradient_clip_val, "deterministic": trainer.deterministic,
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
-        "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"],
+        "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"], "limit": limit,
+        # For the bare Lightning fit: the same classes and arguments, built by hand (no CLI, callbacks or logger).
+        "data": cli.config.data.as_dict(),
+        "model": {"class_path": cli.config.model.class_path,
+                  "init_args": {k: v for k, v in model.as_dict().items() if k not in ("net", "target_names")}},
+        "trainer": {k: v for k, v in trainer.as_dict().items() if k not in ("logger", "callbacks", "max_epochs")},
     }  # fmt: skip
     torch.save(spec, path)
 
@@ -111,10 +127,13 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     # A generator of its own, as the template's loader has: creating an iterator then draws no global RNG.
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler, generator=torch.Generator(),
                         drop_last=spec["drop_last"])  # fmt: skip
-    val_x, val_y = spec["val"][0].to(device), spec["val"][1].to(device)
+    # The val split through a DataLoader in order, batch by batch, as the DataModule serves it (a generator of its
+    # own too, or each epoch's iterator would draw from the global RNG that dropout draws from).
+    val_loader = DataLoader(TensorDataset(*spec["val"]), batch_size=batch_size, generator=torch.Generator())
+    steps = min(len(loader), spec.get("limit") or len(loader))
     loss_of, score_of = RECIPES[spec["task"]](spec["train"][1].to(device))
     stats = spec["normalization"]  # applied on the device, as the DataModule's on_after_batch_transfer does
-    view = (-1,) + (1,) * (val_x.ndim - 2)
+    view = (-1,) + (1,) * (spec["val"][0].ndim - 2)
     mean, std = torch.zeros((), device=device), torch.ones((), device=device)
     if stats:
         mean, std = (
@@ -129,15 +148,18 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         [{"params": decay, "weight_decay": spec["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=spec["lr"], betas=tuple(spec["betas"]),
     )  # fmt: skip
-    total = len(loader) * epochs
+    total = steps * epochs
     scheduler = WarmupCosine(optimizer, resolve_warmup_steps(spec["warmup"], total), total, spec["min_lr"])
 
-    marks: dict[str, Any] = {"t0": t0, "imported": imported, "epoch_start": [], "train_end": [], "val": []}
+    marks = {**_marks(t0), "imported": imported, "val_batches": len(val_loader)}
     for epoch in range(epochs):
         marks["epoch_start"].append(time.time())
+        marks["cpu"].append([time.thread_time()])
         sampler.set_epoch(epoch)
         net.train()
-        for x, y in loader:
+        for step, (x, y) in enumerate(loader):
+            if step == steps:
+                break
             if "first_batch" not in marks:
                 marks["first_batch"] = time.time()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -151,16 +173,20 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             if "first_step_end" not in marks:
                 marks["first_step_end"] = time.time()
         marks["train_end"].append(time.time())
+        marks["cpu"][-1] += [time.thread_time()] * 2
         val_start = time.time()
         net.eval()
-        with torch.no_grad():  # the whole val split, in batches as the DataModule serves it
-            chunks = range(0, len(val_y), batch_size)
-            inputs = (val_x - mean) / std if stats else val_x
-            outputs = torch.cat([net(inputs[i : i + batch_size]) for i in chunks])
-        val_metric = score_of(outputs, val_y).item()  # once per epoch
+        with torch.no_grad():
+            outputs, targets = [], []
+            for x, y in val_loader:
+                x = x.to(device, non_blocking=True)
+                outputs.append(net((x - mean) / std if stats else x))
+                targets.append(y.to(device, non_blocking=True))
+            val_metric = score_of(torch.cat(outputs), torch.cat(targets)).item()  # once per epoch
         marks["val"].append(time.time() - val_start)
+        marks["cpu"][-1].append(time.thread_time())
     marks["end"] = time.time()
-    return _result("reference", workload, batch_size, len(loader), marks, val_metric)
+    return _result("reference", workload, batch_size, steps, marks, val_metric)
 
 
 def _classifier(train_targets: torch.Tensor) -> tuple[Any, Any]:
@@ -186,16 +212,15 @@ def _regressor(train_targets: torch.Tensor) -> tuple[Any, Any]:
 RECIPES = {"Classifier": _classifier, "Regressor": _regressor}
 
 
-def run_template(
-    config: str, workload: str, epochs: int | None = None, t0: float | None = None, save_dir: str | None = None
-) -> dict:
-    """The template's own `fit`, built by its CLI from the config, all its callbacks on."""
-    marks: dict[str, Any] = {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "saves": []}
+def _marks(t0: float | None) -> dict[str, Any]:
+    """A run's timing marks: per epoch its start, the end of its training part and its validation's duration, and
+    the main thread's CPU time at each of those points (``cpu``); ``t0`` is when its process started."""
+    return {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "cpu": []}
+
+
+def _clock(marks: dict[str, Any]) -> Any:
+    """A callback writing the template's timing marks into ``marks`` (those the hand-written loop takes)."""
     import lightning as L
-
-    from project.engine.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
-
-    marks["imported"] = time.time()
 
     class Clock(L.Callback):
         def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -203,26 +228,49 @@ def run_template(
 
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             marks["epoch_start"].append(time.time())
+            marks["cpu"].append([time.thread_time()])
 
         def on_train_batch_start(self, *_: object) -> None:
             marks.setdefault("first_batch", time.time())
 
         def on_train_batch_end(self, *_: object) -> None:
             marks.setdefault("first_step_end", time.time())
-            self.last_batch_end = time.time()
+            self.last_batch_end, self.last_batch_end_cpu = time.time(), time.thread_time()
 
         def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
                 marks["train_end"].append(self.last_batch_end)
+                marks["val_batches"] = int(trainer.num_val_batches[0])
                 self.val_start = time.time()
+                marks["cpu"][-1] += [self.last_batch_end_cpu, time.thread_time()]
 
         def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
                 marks["val"].append(time.time() - self.val_start)
+                marks["cpu"][-1].append(time.thread_time())
 
         def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             marks["end"] = time.time()
 
+    return Clock()
+
+
+def _fit(cli: Any, marks: dict[str, Any], workload: str) -> dict:
+    cli.trainer.callbacks.append(_clock(marks))
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    val_metric = float(cli.trainer.callback_metrics[cli.model.monitor])
+    steps = int(cli.trainer.num_training_batches)
+    return _result("template", workload, cli.datamodule.hparams["batch_size"], steps, marks, val_metric)
+
+
+def run_template(
+    config: str, workload: str, epochs: int | None = None, t0: float | None = None, save_dir: str | None = None
+) -> dict:
+    """The template's own `fit`, built by its CLI from the config, all its callbacks on."""
+    marks = {**_marks(t0), "saves": []}
+    from project.engine.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
+
+    marks["imported"] = time.time()
     cli = _cli(config, workload, epochs, save_dir)
     marks["ready"] = time.time()
     io = cli.trainer.strategy.checkpoint_io
@@ -235,12 +283,80 @@ def run_template(
         marks["saves"].append({"s": time.time() - start, "mb": size / 2**20})
 
     io.save_checkpoint = timed_save  # type: ignore[method-assign]
-    cli.trainer.callbacks.append(Clock())
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    val_metric = float(cli.trainer.callback_metrics[cli.model.monitor])
-    steps = int(cli.trainer.num_training_batches)
-    batch_size = cli.datamodule.hparams["batch_size"]
-    return _result("template", workload, batch_size, steps, marks, val_metric)
+    return _fit(cli, marks, workload)
+
+
+def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | None = None, scratch: str = "") -> dict:
+    """A bare Lightning fit of the same task, data and net: built by hand from their classes and the config's
+    arguments, a Trainer with the config's flags but no callback, no logger and no progress bar. What the template's
+    start-up and steps are compared with, besides the hand-written loop."""
+    import importlib
+
+    import lightning as L
+
+    spec = torch.load(spec_path, weights_only=True)
+    data, task = spec["data"], spec["model"]
+    classes = {}
+    for path in (data["class_path"], task["class_path"], spec["net"]["class_path"]):
+        module, _, name = path.rpartition(".")
+        classes[path] = getattr(importlib.import_module(module), name)
+
+    def build(class_path: str, **kwargs: Any) -> Any:
+        return classes[class_path](**kwargs)
+
+    marks = {**_marks(t0), "imported": time.time()}
+    L.seed_everything(spec["seed"], verbose=False)
+    datamodule = build(data["class_path"], **data["init_args"])
+    net = build(spec["net"]["class_path"], **spec["net"]["init_args"])
+    model = build(task["class_path"], net=net, target_names=datamodule.target_names, **task["init_args"])
+    flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": scratch or None, "logger": False,
+             "callbacks": [_clock(marks)], "enable_checkpointing": False, "enable_progress_bar": False,
+             "enable_model_summary": False}  # fmt: skip
+    if spec.get("limit"):
+        flags["limit_train_batches"] = spec["limit"]
+    trainer = L.Trainer(**flags)
+    marks["ready"] = time.time()
+    trainer.fit(model, datamodule=datamodule)
+    val_metric = float(trainer.callback_metrics[model.monitor])
+    return _result("lightning", workload, spec["batch_size"], int(trainer.num_training_batches), marks, val_metric)
+
+
+def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, dict[str, float]]:
+    """The decomposition of one workload: the hand-written loop, a bare Lightning fit of the same task and data (the
+    CLI's trainer with no callback and no logger), then one more of the template's parts (``PARTS``) at a time, and
+    the template whole; ``rounds`` times in turn, in this one process. Returns µs per training step (epochs after
+    the first) and per validation batch, medians over rounds, per variant, with its final validation metric (the
+    same model for all: no part changes what is learnt) and the parts it has (``has``)."""
+    limit = PARTS_LIMIT.get(workload)
+    epochs = WORKLOADS[workload]["epochs"]
+    variants = ["reference", "lightning", *(f"+{part}" for part in PARTS), "template"]
+    found: dict[str, dict[str, list[float]]] = {v: defaultdict(list) for v in variants}
+    with tempfile.TemporaryDirectory(dir=out) as scratch:
+        spec = Path(scratch) / "spec.pt"
+        write_spec(config, workload, epochs, spec, limit)
+        extra = (f"--trainer.default_root_dir={scratch}", *([f"--trainer.limit_train_batches={limit}"] * bool(limit)))
+        for _ in range(rounds):
+            for n, variant in enumerate(variants):
+                if variant == "reference":
+                    result = run_reference(spec, workload)
+                else:
+                    cli = _cli(config, workload, epochs, scratch, extra)
+                    if variant != "template":
+                        kept = PARTS[: n - 1]
+                        if "logger" not in kept:
+                            cli.trainer.loggers = []
+                        cli.trainer.callbacks = [cb for cb in cli.trainer.callbacks if type(cb).__name__ in kept]
+                    result = _fit(cli, _marks(None), workload)
+                    found[variant]["has"] = ["logger"] * bool(cli.trainer.loggers) + [
+                        type(cb).__name__ for cb in cli.trainer.callbacks if type(cb).__name__ != "Clock"
+                    ]
+                for key, values, per in (
+                    ("step_us", "ms_per_step", 1), ("val_batch_us", "val_ms", result["val_batches"]),
+                    ("cpu_step_us", "cpu_ms_per_step", 1), ("cpu_val_batch_us", "cpu_val_ms", result["val_batches"]),
+                ):  # fmt: skip
+                    found[variant][key].append(1e3 * statistics.median(result[values]) / per)
+                found[variant]["val_metric"].append(result["val_metric"])
+    return {v: {k: xs if k == "has" else statistics.median(xs) for k, xs in m.items()} for v, m in found.items()}
 
 
 def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, marks: dict, val_metric: float) -> dict:
@@ -253,7 +369,7 @@ def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, mar
     t0 = marks["t0"]
     startup = None
     if t0 is not None:
-        if kind == "template":
+        if kind != "reference":
             startup = {"imports": marks["imported"] - t0, "cli_config": marks["ready"] - marks["imported"],
                        "setup": marks["first_batch"] - marks["ready"],
                        "first_batch": marks["first_step_end"] - marks["first_batch"]}  # fmt: skip
@@ -268,6 +384,11 @@ def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, mar
         "ms_per_step": per_step,
         "epoch_fixed_ms": fixed,
         "val_ms": [1e3 * v for v in marks["val"][1:]],
+        "val_batches": marks["val_batches"],
+        # The main thread's CPU time (thread_time) per step and per epoch's validation: what other processes on the
+        # machine barely change (wall time counts the time they hold the cores).
+        "cpu_ms_per_step": [1e3 * (c[1] - c[0]) / steps_per_epoch for c in marks["cpu"][1:]],
+        "cpu_val_ms": [1e3 * (c[3] - c[2]) for c in marks["cpu"][1:]],
         "saves": marks.get("saves", []),
         "samples_per_sec": batch_size * 1e3 / statistics.median(per_step),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -287,6 +408,10 @@ def data_path(config: str, workload: str, epochs: int = 5) -> float:
     for _ in range(epochs):
         batches += sum(1 for _ in loader)
     return batches / (time.perf_counter() - start)
+
+
+def _after_first_step(summary: dict[str, Any]) -> float:
+    return summary["whole_run_s"]["median"] - summary["first_step_s"]["median"]
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -369,12 +494,14 @@ def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="*", default=["default", "long"], choices=list(WORKLOADS))
+    parser.add_argument("--parts", nargs="*", default=["floor", "long"], choices=list(WORKLOADS),
+                        help="workloads to decompose part by part (none: skip)")  # fmt: skip
     parser.add_argument("--epochs", type=int, default=None, help="override each workload's epoch count")
     parser.add_argument("--config", default=CONFIG, help="the run to measure (default: configs/default.yaml)")
     parser.add_argument("--checkpoint-mb", type=int, default=240, help="checkpoint stall test size (0: skip)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="where the JSON report goes")
-    parser.add_argument("--one", choices=["template", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=["template", "lightning", "reference", "parts"], help=argparse.SUPPRESS)
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
@@ -382,42 +509,57 @@ def main() -> None:
     if args.one:  # a child: one run, its result as the last line of stdout
         if args.one == "template":
             print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0, f"{args.out}/logs")))
+        elif args.one == "lightning":
+            print(json.dumps(run_lightning(args.spec, args.workload, args.t0, f"{args.out}/logs")))
+        elif args.one == "parts":
+            print(json.dumps(run_parts(args.config, args.workload, args.repeats, args.out)))
         else:
             print(json.dumps(run_reference(args.spec, args.workload, args.t0)))
         return
 
     rows, runs = [], []
+    kinds = ("reference", "lightning", "template")
     for workload in args.workloads:
-        results: dict[str, list[dict]] = {"template": [], "reference": []}
+        results: dict[str, list[dict]] = {kind: [] for kind in kinds}
         with tempfile.TemporaryDirectory() as scratch:
             spec = Path(scratch) / "spec.pt"
             write_spec(args.config, workload, args.epochs, spec)
             for _ in range(args.repeats):
-                for kind in ("reference", "template"):
+                for kind in kinds:
                     results[kind].append(_one(kind, args.config, workload, args.epochs, spec, args.out))
-        runs += results["reference"] + results["template"]
+        runs += [r for kind in kinds for r in results[kind]]
         summary = {kind: _summarise(rs) for kind, rs in results.items()}
-        ref, tpl = summary["reference"], summary["template"]
+        ref, bare, tpl = summary["reference"], summary["lightning"], summary["template"]
         rows.append({
             "workload": workload, **summary, "steps_per_epoch": results["template"][0]["steps_per_epoch"],
             "step_overhead_ms": tpl["step_ms"]["median"] - ref["step_ms"]["median"],
             "step_overhead_pct": 100 * (tpl["step_ms"]["median"] / ref["step_ms"]["median"] - 1),
             "epoch_overhead_ms": tpl["epoch_fixed_ms"]["median"] - ref["epoch_fixed_ms"]["median"],
             "whole_run_ratio": tpl["whole_run_s"]["median"] / ref["whole_run_s"]["median"],
-            "training_ratio": (tpl["whole_run_s"]["median"] - tpl["first_step_s"]["median"])
-            / (ref["whole_run_s"]["median"] - ref["first_step_s"]["median"]),
+            "training_ratio": _after_first_step(tpl) / _after_first_step(ref),
+            "first_step_over_lightning_s": tpl["first_step_s"]["median"] - bare["first_step_s"]["median"],
             "noise_pct": ref["step_ms"]["spread_pct"],
             "data_path_batches_per_sec": data_path(args.config, workload),
         })  # fmt: skip
+    parts = {}
+    for workload in args.parts:
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", "parts", "--config", args.config, "--workload", workload,
+             "--repeats", str(args.repeats), "--out", args.out],
+            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )  # fmt: skip
+        if out.returncode != 0:
+            raise SystemExit(f"parts/{workload} failed:\n{out.stderr[-3000:]}")
+        parts[workload] = json.loads(out.stdout.strip().splitlines()[-1])
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     print(f"\nmake bench, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {device}, torch {torch.__version__}, "
           f"{args.repeats} runs each, alternating; medians [min-max] over runs\n")  # fmt: skip
     for row in rows:
-        ref, tpl = row["reference"], row["template"]
+        ref, bare, tpl = row["reference"], row["lightning"], row["template"]
         print(f"{row['workload']}: {row['steps_per_epoch']} steps per epoch")
-        for kind, r in (("reference", ref), ("template", tpl)):
-            up = r["startup"]
+        for kind in kinds:
+            r, up = row[kind], row[kind]["startup"]
             print(
                 f"  {kind:9}  step {_mmm(r['step_ms'], 2)} ms   per epoch {_mmm(r['epoch_fixed_ms'], 1)} ms "
                 f"(val {r['val_ms']:.1f})   first step {r['first_step_s']['median']:.2f} s (imports "
@@ -431,9 +573,26 @@ def main() -> None:
                          f"({saves['mb']:.2f} MB, {saves['mb_per_s']:.0f} MB/s with fsync)")  # fmt: skip
         print(f"  => steady-state step: {row['step_overhead_ms']:+.2f} ms ({row['step_overhead_pct']:+.1f}%); "
               f"per epoch: {row['epoch_overhead_ms']:+.1f} ms ({save_text}); whole run "
-              f"{row['whole_run_ratio']:.2f}x (after the first step: {row['training_ratio']:.2f}x); noise: the "
-              f"reference's run-to-run spread {row['noise_pct']:.1f}%; data path alone "
+              f"{row['whole_run_ratio']:.2f}x (after the first step: {row['training_ratio']:.2f}x); first step "
+              f"{row['first_step_over_lightning_s']:+.2f} s after bare Lightning's; noise: the reference's "
+              f"run-to-run spread {row['noise_pct']:.1f}%; data path alone "
               f"{row['data_path_batches_per_sec']:.0f} batches/s\n")  # fmt: skip
+    for workload, found in parts.items():
+        print(f"{workload}, part by part (one process; each row adds one part to the row above): µs per training "
+              "step and per validation batch, wall clock [main thread's CPU time]")  # fmt: skip
+        above = None  # the hand-written loop adds nothing to a row: it is a loop of its own
+        for variant, m in found.items():
+            added = ""
+            if above is not None:
+                added = f"{m['step_us'] - above['step_us']:+7.0f} {m['val_batch_us'] - above['val_batch_us']:+7.0f}"
+            print(f"  {variant:22} {m['step_us']:8.0f} [{m['cpu_step_us']:6.0f}] {m['val_batch_us']:7.0f} "
+                  f"[{m['cpu_val_batch_us']:6.0f}]   {added}")  # fmt: skip
+            above = m if variant != "reference" else None
+        ref, bare, tpl = found["reference"], found["lightning"], found["template"]
+        print(f"  => template / bare Lightning: {tpl['step_us'] / bare['step_us']:.2f}x per step, "
+              f"{tpl['val_batch_us'] / bare['val_batch_us']:.2f}x per validation batch; template / hand-written "
+              f"loop: {tpl['step_us'] / ref['step_us']:.2f}x per step, "
+              f"{tpl['val_batch_us'] / ref['val_batch_us']:.2f}x per validation batch\n")  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stall = checkpoint_stall(args.checkpoint_mb, out) if args.checkpoint_mb else None
@@ -446,7 +605,8 @@ def main() -> None:
         print(f"(the blocking writer writes {stall['atomic']['mb_per_s']:.0f} MB/s here, fsync included)\n")
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),
-                                "rows": rows, "runs": runs, "checkpoint_stall": stall}, indent=2))  # fmt: skip
+                                "rows": rows, "parts": parts, "runs": runs, "checkpoint_stall": stall},
+                               indent=2))  # fmt: skip
     print(f"Wrote {path}")
 
 

@@ -15,9 +15,11 @@ def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:
     bench.write_spec(DIGITS, "default", 2, tmp_path / "spec.pt")  # the loop's data and recipe, from the template
     reference = bench.run_reference(tmp_path / "spec.pt")
     template = bench.run_template(DIGITS, "default", epochs=2, save_dir=str(tmp_path))
-    assert reference["steps_per_epoch"] == template["steps_per_epoch"] == 20
+    bare = bench.run_lightning(tmp_path / "spec.pt", scratch=str(tmp_path))  # built by hand, no callbacks
+    assert reference["steps_per_epoch"] == template["steps_per_epoch"] == bare["steps_per_epoch"] == 20
     # Same network, init, data order, optimizer, schedule, clipping and dropout draws: the same model.
-    assert template["val_metric"] == reference["val_metric"]
+    assert template["val_metric"] == reference["val_metric"] == bare["val_metric"]
+    assert reference["val_batches"] == template["val_batches"] == 5  # the val split batch by batch, both
     assert len(reference["ms_per_step"]) == len(template["ms_per_step"]) == 1
     # The split the bench reports: each epoch after the first has a steady-state part and a fixed part, and the
     # template's checkpoint saves (best.ckpt and last.ckpt, each epoch) are timed with their size.
@@ -40,3 +42,23 @@ def test_the_hand_written_loop_replays_the_regression_task_too(
     # The same trajectory; val/rmse summed batch by batch (torchmetrics) vs over the whole split at once: float32
     # summation order alone, ~1e-7 relative per add over ~70 values. A wrong standardisation (or none) is O(1).
     assert template["val_metric"] == pytest.approx(reference["val_metric"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_decomposition_adds_one_part_per_row_and_every_row_learns_the_same_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(bench.WORKLOADS, "floor", {**bench.WORKLOADS["floor"], "epochs": 2})
+    monkeypatch.setitem(bench.PARTS_LIMIT, "floor", 10)  # 10 steps per epoch: the rows are per step anyway
+    found = bench.run_parts(DIGITS, "floor", rounds=1, out=str(tmp_path))
+    assert list(found) == ["reference", "lightning", *(f"+{part}" for part in bench.PARTS), "template"]
+    # Each row is the row above with one more of the template's parts; the last is the template whole.
+    has = [found[v]["has"] for v in list(found)[1:-1]]
+    assert has[0] == []
+    for before, after, part in zip(has[:-1], has[1:], bench.PARTS, strict=True):
+        assert sorted(after) == sorted([*before, part])
+    assert set(bench.PARTS) < set(found["template"]["has"])
+    # No part changes what is learnt (the progress bar, the logger and the checkpoints draw no random numbers), so
+    # the rows compare the same work, the hand-written loop's included.
+    assert len({m["val_metric"] for m in found.values()}) == 1, {v: m["val_metric"] for v, m in found.items()}
+    assert all(m["step_us"] > 0 and m["val_batch_us"] > 0 and m["cpu_step_us"] > 0 for m in found.values())

@@ -12,6 +12,7 @@ versions of each guarantee run on digits in the other test files.
 import csv
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +153,9 @@ def _nondeterministic_on_cuda(func: Any, args: tuple, kwargs: dict) -> bool:
     return name in NONDETERMINISTIC_ON_CUDA or (name == "_embedding_bag" and len(args) > 4 and args[4] == 2)
 
 
-def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject: tuple[str, ...]) -> None:
-    """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on
-    a CPU and a GPU): none may lack a deterministic CUDA kernel, which would make a GPU run crash at its first step
-    (e.g. bilinear upsampling in a decoder, or a mean-reduced per-pixel cross-entropy)."""
+def _offending_ops(offends: Any, step: Any) -> set[str]:
+    """The ops torch dispatches while ``step()`` runs (the same ops on a CPU and a GPU) for which
+    ``offends(func, args, kwargs)`` holds."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
@@ -164,18 +164,62 @@ def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject:
             self.offending: set[str] = set()
 
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            if _nondeterministic_on_cuda(func, args, kwargs or {}):
+            if offends(func, args, kwargs or {}):
                 self.offending.add(str(func))
             return func(*args, **(kwargs or {}))
 
+    with Ops() as ops:
+        step()
+    return ops.offending
+
+
+def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject: tuple[str, ...]) -> None:
+    """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on
+    a CPU and a GPU): none may lack a deterministic CUDA kernel, which would make a GPU run crash at its first step
+    (e.g. bilinear upsampling in a decoder, or a mean-reduced per-pixel cross-entropy)."""
     cli = CLI(list(subject), run=False)
     task, dm = cli.model.train(), cli.datamodule
     dm.setup("fit")
     inputs, targets = (t[:8] for t in dm.split_tensors("train"))
-    with Ops() as ops:
-        task.loss(task(dm.normalize(inputs)), targets).mean().backward()
-    assert ops.offending == set(), f"ops with no deterministic CUDA kernel: {sorted(ops.offending)}"
+    offending = _offending_ops(
+        _nondeterministic_on_cuda, lambda: task.loss(task(dm.normalize(inputs)), targets).mean().backward()
+    )
+    assert offending == set(), f"ops with no deterministic CUDA kernel: {sorted(offending)}"
     assert any(p.grad is not None for p in task.parameters())  # the backward ran under the mode
+
+
+# Ops whose result the host must read before it can go on: a value (.item(), a Python `if` on a tensor) or a shape
+# that depends on the data (unique, nonzero, masked_select, bincount's length).
+HOST_SYNCS = {"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "_unique", "_unique2", "unique_dim",
+              "unique_consecutive", "masked_select", "bincount"}  # fmt: skip
+
+
+def _host_sync_on_a_gpu(func: Any, args: tuple, kwargs: dict) -> bool:
+    if func.overloadpacket.__name__ not in HOST_SYNCS:
+        return False
+    # torchmetrics' logits check (normalize_logits_if_needed) reads the tensor on a CPU only, where a read is free;
+    # on a GPU it keeps the check on the device.
+    frame = sys._getframe()
+    while frame is not None and frame.f_code.co_name != "normalize_logits_if_needed":
+        frame = frame.f_back
+    return frame is None
+
+
+def test_an_evaluation_step_makes_the_host_wait_for_nothing(subject: tuple[str, ...]) -> None:
+    """A validation step (the net, the loss per sample, every metric's update), op by op: none reads a value back
+    to the host. On a GPU each such read waits for every queued kernel, at every batch (torchmetrics' argument
+    checks did, with torch.unique on the targets: the multi-label task turns them off)."""
+    cli = CLI(list(subject), run=False)
+    task, dm = cli.model.eval(), cli.datamodule
+    dm.setup("fit")
+    inputs, targets = (t[:8] for t in dm.split_tensors("val"))
+    with torch.no_grad():
+        offending = _offending_ops(
+            _host_sync_on_a_gpu,
+            lambda: task.validation_step((dm.normalize(inputs), targets), 0),
+        )
+    assert offending == set(), f"ops that make the host wait for the device: {sorted(offending)}"
+    assert task.val_loss.update_count == 1  # the step ran under the mode, metrics and all
 
 
 def test_fit_learns_one_batch_by_heart(subject: tuple[str, ...], tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 import math
 
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -78,6 +77,9 @@ class WarmupCosine(LRScheduler):
         planned = (self.warmup_steps, self.total_steps)
         super().load_state_dict(state_dict)
         if planned != (self.warmup_steps, self.total_steps):
+            # Imported here: the schedule is plain torch (the bench's hand-written loop uses it without Lightning).
+            from lightning.pytorch.utilities import rank_zero_info
+
             rank_zero_info(
                 f"The run length changed: the LR schedule is re-planned from {self.total_steps} to {planned[1]} "
                 f"optimizer steps (warmup {planned[0]}); from step {self.last_epoch} on it follows the curve of a run "

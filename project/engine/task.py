@@ -21,6 +21,7 @@ the logging-step gating and the gradient-norm log, the RNG state in checkpoints,
 """
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,6 +181,14 @@ class Task(L.LightningModule):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
+
+    def setup(self, stage: str) -> None:
+        # Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 (fork-safe CUDA checks), under which torch asks NVML anew on
+        # every torch.cuda.is_available() until CUDA is initialised, and AdamW asks at every step (its graph-capture
+        # check): a run on the CPU with the CUDA build of torch (what pip installs on Linux) paid a dlopen of
+        # libnvidia-ml per step. A run that never initialises CUDA has no fork to keep CUDA-safe.
+        if self.trainer.strategy.root_device.type == "cpu":
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
 
     def on_fit_start(self) -> None:
         # A fresh run only: a resumed one has its weights (and the fine-tuned backbone) in its checkpoint, already
