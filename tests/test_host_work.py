@@ -1,0 +1,76 @@
+"""The host's work per step beyond the math: nothing that waits for the device, nothing repeated every step that
+once in a while would do. (The evaluation step's ops are checked for host syncs in the contract suite.)"""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import fit, scalars
+
+from project.engine import progress
+from project.engine.progress import ThrottledProgressBar
+
+pytestmark = pytest.mark.slow
+SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=12", "--trainer.limit_val_batches=3",
+         "--trainer.log_every_n_steps=2", "--trainer.enable_checkpointing=false")  # fmt: skip
+
+
+class Clock:
+    """A stand-in for time.monotonic that moves ``step`` seconds per call: 0 stands still, 1 outpaces any redraw."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> tuple[list[dict], Any]:
+    """A short fit: how often the progress bar read the metrics it shows (each read turns every shown metric into a
+    Python float, a host sync on a GPU): what each read found, and the run."""
+    reads = []
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    get_metrics = ThrottledProgressBar.get_metrics
+    monkeypatch.setattr(
+        ThrottledProgressBar, "get_metrics", lambda self, *a: reads.append(get_metrics(self, *a)) or reads[-1]
+    )
+    cli = fit(tmp_path, *SHORT)
+    return reads, cli
+
+
+def test_the_progress_bar_reads_its_metrics_only_as_often_as_it_redraws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The clock standing still: within one redraw interval, the bar reads at an epoch's last batch and end and after
+    # validation, not after each of its 12 steps (Lightning's RichProgressBar reads 12 + 2 times per epoch).
+    reads, cli = _reads(tmp_path / "still", monkeypatch, Clock(0.0))
+    assert cli.trainer.global_step == 24
+    assert len(reads) <= 4 * 2, len(reads)
+    # What it shows last is the run's final values all the same (the epoch's end is always read).
+    final = scalars(cli.trainer.log_dir)["val/acc"][-1][1]
+    assert reads[-1]["val/acc"] == pytest.approx(final)
+    # A clock faster than the redraws: every step is due a read (time decides, not a count of batches).
+    reads, _ = _reads(tmp_path / "fast", monkeypatch, Clock(1.0))
+    assert len(reads) >= 24, len(reads)
+
+
+def test_a_run_on_the_cpu_asks_nvml_nothing_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the CUDA build of torch and no GPU in use, Lightning's PYTORCH_NVML_BASED_CUDA_CHECK=1 made every AdamW
+    step (torch.optim's graph-capture check) probe NVML anew: a dlopen of libnvidia-ml per step. Simulated here on
+    any build: torch "compiled with CUDA", NVML answering no device. The probes of start-up are the same for a run
+    of any length; a run twice as long must not probe more."""
+    probes = []
+    monkeypatch.setattr(torch._C, "_accelerator_getAccelerator", lambda: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: probes.append(1) or 0)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 0, raising=False)
+    counts = []
+    for epochs in (1, 2):
+        monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as importing Lightning set it
+        probes.clear()
+        cli = fit(tmp_path / str(epochs), *SHORT, f"--trainer.max_epochs={epochs}", "--trainer.accelerator=cpu")
+        assert cli.trainer.global_step == 12 * epochs
+        counts.append(len(probes))
+    assert counts[1] == counts[0], f"NVML probed {counts[0]} times in 12 steps, {counts[1]} in 24"
