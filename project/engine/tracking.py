@@ -22,7 +22,6 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import Logger
 
 from project.engine.errors import ConfigError
 
@@ -86,7 +85,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 class TrackerRun(Callback):
     """See the module's docstring. Rank 0 only: Lightning's loggers log from rank 0."""
 
-    def __init__(self, trackers: list[Logger], config: dict[str, Any]) -> None:
+    def __init__(self, trackers: list[Any], config: dict[str, Any]) -> None:
         self.trackers, self.config = trackers, config
         self.run_dir: Path | None = None
         self.record: dict[str, Any] = {}
@@ -149,19 +148,21 @@ class TrackerRun(Callback):
         """config.yaml and provenance.json as artifacts of the tracker run (again at every end: they change)."""
         if self.run_dir is None:
             return
-        files = [self.run_dir / name for name in ("config.yaml", "provenance.json") if (self.run_dir / name).is_file()]
+        names = ("config.yaml", "provenance.json")
+        files = [self.run_dir / name for name in names if (self.run_dir / name).is_file()]
         for tracker in self.trackers:
             kind = type(tracker).__name__
             for path in files:
                 if kind == "MLFlowLogger":
                     tracker.experiment.log_artifact(tracker.run_id, str(path))
                 elif kind == "WandbLogger":
-                    tracker.experiment.save(str(path), base_path=str(self.run_dir), policy="now")
+                    # Under files/<version>/: W&B keeps its own config.yaml in files/.
+                    tracker.experiment.save(str(path), base_path=str(self.run_dir.parent), policy="now")
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self.upload()
 
-    def _skip_logged_steps(self, tracker: Logger, logged: dict[str, int]) -> None:
+    def _skip_logged_steps(self, tracker: Any, logged: dict[str, int]) -> None:
         """Wraps the tracker's ``log_metrics``: a metric at a step not after the last one it logged is dropped
         (the resumed segment replaying what the crashed process logged past its checkpoint); the last step of
         each metric is kept in ``trackers.json``, for the next resume."""
