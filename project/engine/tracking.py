@@ -55,7 +55,11 @@ def fill_in(tracker: Any, run_logger: Any) -> None:
     kind = str(tracker.class_path).rpartition(".")[2]
     if kind == "MLFlowLogger":
         args.experiment_name = args.experiment_name or name
-        if not args.tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI"):
+        # Lightning's logger reads no MLFLOW_TRACKING_URI (it falls back to a file store, which MLflow 3 refuses).
+        # Written into the run's config.yaml: a resume finds the run on the server it was logged to.
+        if not args.tracking_uri and os.environ.get("MLFLOW_TRACKING_URI"):
+            args.tracking_uri = os.environ["MLFLOW_TRACKING_URI"]
+        elif not args.tracking_uri:
             args.tracking_uri = f"sqlite:///{save_dir / 'mlflow.db'}"
             args.artifact_location = args.artifact_location or str(save_dir / "mlflow-artifacts")
     elif kind == "WandbLogger":
