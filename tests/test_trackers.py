@@ -4,6 +4,7 @@ run files it writes; and the overlays refused in one sentence when their extra c
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -29,30 +30,33 @@ CRASH = ("--trainer.callbacks+=probes.CrashAt", "--trainer.callbacks.step=12")
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``mlflow server`` as `make mlflow` starts it, on a free loopback port; its URI once /health answers."""
+    base, port = tmp_path_factory.mktemp("mlflow"), free_port()
+    with open(base / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}",
+             "--artifacts-destination", str(base / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+             "--workers", "1"],
+            cwd=base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        uri, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120  # a bound on a hung start, not a wait
+        while not _answers(f"{uri}/health"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail(f"the MLflow server did not start: {(base / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.2)  # between polls, the CPU is the starting server's
+        yield uri
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
     import urllib.request
 
-    base, port = tmp_path_factory.mktemp("mlflow"), free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}",
-         "--artifacts-destination", str(base / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=base, stdout=subprocess.DEVNULL, stderr=open(base / "server.log", "w"), start_new_session=True,
-    )  # fmt: skip
-    uri, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=5) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            os.killpg(proc.pid, 9)
-            pytest.fail(f"the MLflow server did not start: {(base / 'server.log').read_text()[-3000:]}")
-        time.sleep(0.2)  # poll the health endpoint, yielding the CPU to the starting server
-    yield uri
-    os.killpg(proc.pid, 15)
-    proc.wait(timeout=60)
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def _crash_then_resume(save_dir: Path, *configs: str) -> Path:
@@ -107,10 +111,9 @@ def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
 
 @pytest.mark.slow
 def test_a_sweep_puts_its_trials_in_one_experiment_named_after_the_study(mlflow_server: str, tmp_path: Path) -> None:
+    import optuna
     from mlflow.tracking import MlflowClient
     from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    import optuna
 
     logs = tmp_path / "logs"
     spec = {
