@@ -59,10 +59,10 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _crash_then_resume(save_dir: Path, *configs: str) -> Path:
+def _crash_then_resume(save_dir: Path, *configs: str, args: tuple[str, ...] = ()) -> Path:
     """A run that crashes past its last checkpoint, then `make resume`'s fit of it; its run directory."""
     with pytest.raises(Crash):
-        fit(save_dir, *SHORT, *CRASH, configs=(DIGITS, *configs))
+        fit(save_dir, *SHORT, *args, *CRASH, configs=(DIGITS, *configs))
     run = save_dir / "digits" / "version_0"
     fit(save_dir, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--trainer.callbacks.step=null",
         configs=(str(run / "config.yaml"),))  # fmt: skip
@@ -76,7 +76,7 @@ def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-    run = _crash_then_resume(tmp_path / "logs", MLFLOW)
+    run = _crash_then_resume(tmp_path / "logs", MLFLOW, args=("--trackers.log_model=true",))
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("digits")  # the run's experiment name
     runs = client.search_runs([experiment.experiment_id])
@@ -104,7 +104,8 @@ def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
     assert tags["versions.torch"] == provenance[-1]["versions"]["torch"] and "git.dirty" in tags
     assert tags["segment"] == "1" and tags["run_dir"] == str(run)
 
-    assert {a.path for a in client.list_artifacts(mlflow_run.info.run_id)} >= {"config.yaml", "provenance.json"}
+    assert {a.path for a in client.list_artifacts(mlflow_run.info.run_id)} >= {"config.yaml", "provenance.json", "best"}
+    assert [a.path for a in client.list_artifacts(mlflow_run.info.run_id, "best")].count("best/best.ckpt") == 1
     uploaded = client.download_artifacts(mlflow_run.info.run_id, "provenance.json", str(tmp_path))
     assert len(json.loads(Path(uploaded).read_text())["segments"]) == 2  # as the resumed run ended
 

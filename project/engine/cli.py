@@ -172,12 +172,12 @@ class CLI(LightningCLI):
     def _continue_run_in_place(self, ckpt_path: Path, checkpoint: dict[str, Any]) -> None:
         """Resuming ``<run>/checkpoints/*.ckpt`` logs into ``<run>`` itself, so TensorBoard shows one curve. Events
         the crashed process logged after this checkpoint are purged (TensorBoard's purge_step), so no step is
-        shown twice; the run's config.yaml is rewritten with the resumed config."""
+        shown twice; the run's config.yaml is rewritten with the resumed config; the trackers continue the runs
+        recorded in its trackers.json."""
         run_dir = ckpt_path.resolve().parent.parent
         logger = self.config.fit.trainer.logger
         if not (run_dir / "config.yaml").is_file():
             return
-        continue_runs(self.config.fit.trackers or [], run_dir)
         if not str(getattr(logger, "class_path", "")).endswith("TensorBoardLogger"):
             print(
                 f"Resuming with trainer.logger={getattr(logger, 'class_path', logger)}: the run continues in a new "
@@ -196,6 +196,7 @@ class CLI(LightningCLI):
         logger.init_args.name = run_dir.parent.name
         logger.init_args.version = run_dir.name
         logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
+        continue_runs(self.config.fit.trackers or [], run_dir)  # in the same run directory: the same tracker runs
         self.save_config_kwargs["overwrite"] = True
 
     def before_instantiate_classes(self) -> None:
