@@ -202,10 +202,10 @@ class CLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
-        for key, logger in _loggers_named(config):
-            require_extra(key, logger.class_path)
         if self.subcommand != "fit":
             config.trackers = None  # validate/test/predict of a run log nothing to its tracker run
+        for key, logger in _loggers_named(config):
+            require_extra(key, logger.class_path)
         if self.subcommand == "predict":
             # Predictions are written in input order by one process, and log nothing.
             trainer = self.config.predict.trainer
