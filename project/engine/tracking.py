@@ -110,6 +110,7 @@ class TrackerRun(Callback):
                 entry.update(run_id=tracker.run_id, experiment_id=tracker.experiment_id,
                              tracking_uri=tracker._tracking_uri)  # fmt: skip
                 tracker.experiment.set_tag(tracker.run_id, "mlflow.runName", run_name)
+                tracker.experiment.update_run(tracker.run_id, status="RUNNING")  # a resumed run was FAILED or FINISHED
                 _write_once_params(tracker)
             elif kind == "WandbLogger":
                 entry.update(id=tracker.experiment.id, project=tracker.name, dir=str(tracker.save_dir))
