@@ -278,7 +278,7 @@ class CLI(LightningCLI):
         trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
         if trackers:
             resolved = self.config.fit.clone()
-            del resolved["config"]
+            resolved.pop("config", None)  # the config files' paths, not a setting of the run
             callbacks.append(TrackerRun(trackers, _simple(flatten(resolved.as_dict()))))
 
     def before_fit(self) -> None:
