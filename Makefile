@@ -17,22 +17,29 @@ TEST_WORKERS ?= auto
 # resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
 TORCH_SPEC ?=
+# More extras for make install, e.g. EXTRAS=mlflow or EXTRAS=mlflow,wandb (make test installs both itself).
+EXTRAS ?=
+MLFLOW_PORT ?= 5000
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
 LOCKED ?=
 
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
+# The tests also run the trackers against a real MLflow server and W&B offline: their extras (~460 MB, ~25 s) are
+# installed for make test only, so make train's install stays as small as without them.
+TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard lint format clean clean-logs
+.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
-	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)' LOCKED='$(LOCKED)'"
+	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
+	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)'"
 
 # Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
@@ -41,8 +48,14 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
 	touch $@
 
-install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned)
-	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)' -e '.[dev]')
+install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
+	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')
+
+comma := ,
+
+$(TEST_INSTALLED): $(INSTALLED)
+	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev,mlflow,wandb]'
+	touch $@
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
@@ -83,10 +96,10 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
-test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
+test: $(TEST_INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope $(ARGS)
 
-test-fast: $(INSTALLED) ## run the tests not marked slow
+test-fast: $(TEST_INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m "not slow" $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
@@ -95,6 +108,15 @@ runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status,
 tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"
 	$(BIN)/tensorboard --logdir $(LOGS) --host 127.0.0.1 --port $(PORT)
+
+# The local tracking server for users without one: runs in logs/mlflow.db (the same store a run without
+# MLFLOW_TRACKING_URI writes), artifacts under logs/mlflow-artifacts, loopback only.
+mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT (default 5000): SQLite store and artifacts under logs/
+	@$(BIN)/python -c "import mlflow" 2>/dev/null || $(BIN)/pip install $(CONSTRAINTS) -e '.[mlflow]'
+	@mkdir -p logs
+	@echo "MLflow: http://127.0.0.1:$(MLFLOW_PORT)  (runs log there with MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT))"
+	$(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db --artifacts-destination logs/mlflow-artifacts \
+		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 mutants: $(INSTALLED) ## delete or perturb each engine mechanic in a scratch copy and run its tests: the survivors (a few minutes)
 	$(BIN)/python scripts/mutants.py $(ARGS)

@@ -96,7 +96,20 @@ if name == "python" and (args[:1] == ["-c"] or "--print_config" in args):
 if name == "pip" and args[:1] == ["freeze"]:
     os.execv({python!r}, [{python!r}, "-m", "pip", *args])
 """
-TOOLS = ("python", "pip", "tensorboard", "jupyter", "ruff", "mypy", "pre-commit", "torchrun", "srun", "scontrol")
+TOOLS = (
+    "python",
+    "pip",
+    "tensorboard",
+    "mlflow",
+    "wandb",
+    "jupyter",
+    "ruff",
+    "mypy",
+    "pre-commit",
+    "torchrun",
+    "srun",
+    "scontrol",
+)
 
 
 class _Parsed(Exception):

@@ -22,7 +22,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.engine.checkpoints import (
@@ -40,6 +40,7 @@ from project.engine.predict import CSVPredictionWriter
 from project.engine.provenance import Provenance
 from project.engine.runs import flatten
 from project.engine.task import Task
+from project.engine.tracking import TrackerRun, continue_runs, fill_in, require_extra
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -76,7 +77,7 @@ class SaveConfig(SaveConfigCallback):
 
 def _written_at_start(name: str) -> bool:
     return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name in (
-        "provenance.json", "config.yaml", "hparams.yaml",
+        "provenance.json", "config.yaml", "hparams.yaml", "trackers.json",
     )  # fmt: skip
 
 
@@ -139,6 +140,11 @@ class CLI(LightningCLI):
         # The DataModule shards the data itself (seeded, resumable, unpadded for evaluation): Lightning must not
         # replace its samplers. Refused below if a config turns this back on.
         parser.set_defaults({"trainer.use_distributed_sampler": False})
+        parser.add_argument(
+            "--trackers", type=list[Logger] | None, default=None,
+            help="experiment trackers logged to beside trainer.logger, which owns the run directory "
+            "(configs/loggers/mlflow.yaml, wandb.yaml; project/engine/tracking.py)",
+        )  # fmt: skip
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's version silently replaces the config's model hyperparameters with the
@@ -166,7 +172,8 @@ class CLI(LightningCLI):
     def _continue_run_in_place(self, ckpt_path: Path, checkpoint: dict[str, Any]) -> None:
         """Resuming ``<run>/checkpoints/*.ckpt`` logs into ``<run>`` itself, so TensorBoard shows one curve. Events
         the crashed process logged after this checkpoint are purged (TensorBoard's purge_step), so no step is
-        shown twice; the run's config.yaml is rewritten with the resumed config."""
+        shown twice; the run's config.yaml is rewritten with the resumed config; the trackers continue the runs
+        recorded in its trackers.json."""
         run_dir = ckpt_path.resolve().parent.parent
         logger = self.config.fit.trainer.logger
         if not (run_dir / "config.yaml").is_file():
@@ -189,11 +196,16 @@ class CLI(LightningCLI):
         logger.init_args.name = run_dir.parent.name
         logger.init_args.version = run_dir.name
         logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
+        continue_runs(self.config.fit.trackers or [], run_dir)  # in the same run directory: the same tracker runs
         self.save_config_kwargs["overwrite"] = True
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
+        if self.subcommand != "fit":
+            config.trackers = None  # validate/test/predict of a run log nothing to its tracker run
+        for key, logger in _loggers_named(config):
+            require_extra(key, logger.class_path)
         if self.subcommand == "predict":
             # Predictions are written in input order by one process, and log nothing.
             trainer = self.config.predict.trainer
@@ -213,6 +225,21 @@ class CLI(LightningCLI):
                 "LR schedule; set one of them (e.g. --trainer.max_epochs=30)."
             )
         _adapt_to_trainer_flags(trainer)
+        if self.config.fit.trackers:
+            if not getattr(trainer.logger, "class_path", None):
+                raise ConfigError(
+                    "trackers need trainer.logger, the logger that owns the run directory (TensorBoardLogger by "
+                    "default): it is not set or false."
+                )
+            for tracker in self.config.fit.trackers:
+                fill_in(tracker, trainer.logger)
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> L.Trainer:
+        trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand else None
+        if trackers:  # after the run directory's logger: Lightning takes the run directory from the first
+            first = config["logger"] if isinstance(config["logger"], list) else [config["logger"]]
+            config["logger"] = [*first, *trackers]
+        return super()._instantiate_trainer(config, callbacks)
 
     def instantiate_classes(self) -> None:
         try:
@@ -248,6 +275,11 @@ class CLI(LightningCLI):
             callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
         if self.subcommand == "fit" and not any(isinstance(cb, Provenance) for cb in callbacks):
             callbacks.append(Provenance(cli_args=self._cli_args))
+        trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
+        if trackers:
+            resolved = self.config.fit.clone()
+            resolved.pop("config", None)  # the config files' paths, not a setting of the run
+            callbacks.append(TrackerRun(trackers, _simple(flatten(resolved.as_dict()))))
 
     def before_fit(self) -> None:
         self._started = time.perf_counter()
@@ -275,6 +307,8 @@ class CLI(LightningCLI):
         self._log_hparams_with(scores)
         for provenance in (cb for cb in trainer.callbacks if isinstance(cb, Provenance)):  # type: ignore[attr-defined]
             provenance.update(scores=scores, best_checkpoint=best, judged_by=self._judged_by())
+        for tracker_run in (cb for cb in trainer.callbacks if isinstance(cb, TrackerRun)):  # type: ignore[attr-defined]
+            tracker_run.upload()
         shown = "  ".join(f"{k}={v:.4f}" for k, v in scores.items())
         took = time.perf_counter() - self._started
         print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {shown}  ({took:.1f} s)", flush=True)
@@ -298,15 +332,27 @@ class CLI(LightningCLI):
             **{f"trainer.{k}": config.trainer[k] for k in _TRAINER_HPARAMS},
             "seed_everything": config.seed_everything,
         }
-        params = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in params.items()}
+        params = _simple(params)
         metrics = {"hp/" + k.replace("best ", "").replace("/", "_"): v for k, v in scores.items()}
-        logger = self.trainer.logger
-        if isinstance(logger, TensorBoardLogger):
-            logger.log_hyperparams(params, metrics)
-        else:  # other loggers take no metrics with their hparams: the scores are logged as metrics
-            logger.log_hyperparams(params)
-            logger.log_metrics(metrics, step=self.trainer.global_step)
-        logger.finalize("success")  # flush: nothing else closes the writer after the test
+        for logger in self.trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.log_hyperparams(params, metrics)
+            else:  # other loggers take no metrics with their hparams: the scores are logged as metrics
+                logger.log_hyperparams(params)
+                logger.log_metrics(metrics, step=self.trainer.global_step)
+            logger.finalize("success")  # flush: nothing else closes the writer after the test
+
+
+def _simple(params: dict[str, Any]) -> dict[str, Any]:
+    """Values a logger's hyperparameters take (a list or None as its text)."""
+    return {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in params.items()}
+
+
+def _loggers_named(config: Any) -> list[tuple[str, Any]]:
+    """(key, parsed config) of trainer.logger and each of the trackers that names a class."""
+    logger = config.trainer.logger
+    named = [("trainer.logger", logger)] if getattr(logger, "class_path", None) else []
+    return named + [("trackers", t) for t in config.get("trackers") or []]
 
 
 def _adapt_to_trainer_flags(trainer: Any) -> None:

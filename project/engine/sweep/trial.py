@@ -44,6 +44,17 @@ class SweepTrial(Callback):
             trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, self.trial_number)
             self._trial = optuna.trial.Trial(study, trial_id)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The trial's number and values as tags of its tracker runs (which share the study's experiment)."""
+        from project.engine.tracking import TrackerRun
+
+        if self._trial is None:
+            return
+        tags = {"sweep.study": self._trial.study.study_name, "sweep.trial": self.trial_number,
+                **{f"sweep.{k}": v for k, v in self._trial.params.items()}}  # fmt: skip
+        for tracker_run in (cb for cb in trainer.callbacks if isinstance(cb, TrackerRun)):  # type: ignore[attr-defined]
+            tracker_run.tag(tags)
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.metric is None:
             return
