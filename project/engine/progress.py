@@ -33,13 +33,15 @@ class ThrottledProgressBar(RichProgressBar):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._due(batch_idx, self.total_train_batches, self.train_progress_bar_id):
+        if not self.is_disabled and self._due(batch_idx, self.total_train_batches, self.train_progress_bar_id):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_validation_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:  # fmt: skip
+        if self.is_disabled:  # on every rank but 0
+            return
         total, bar = self.total_val_batches_current_dataloader, self.val_progress_bar_id
         if trainer.sanity_checking or self._due(batch_idx, total, bar):
             super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
