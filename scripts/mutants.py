@@ -124,6 +124,15 @@ MUTANTS = (
     Mutant("profile-reported-when-the-run-ends-early", "project/engine/profiling.py",
            "        if self._profiler is not None:  # the run ended inside the window", "        if False:",
            ("tests/test_observability.py::test_profile_writes_a_chrome_trace_and_reports_the_top_ops",)),
+    Mutant("progress-bar-reads-only-when-it-redraws", "project/engine/progress.py",
+           "        if now < self._next_update and batch_idx + 1 < total and bar is not None:", "        if False:",
+           ("tests/test_host_work.py::test_the_progress_bar_reads_its_metrics_only_as_often_as_it_redraws",)),
+    Mutant("cpu-run-asks-nvml-nothing-per-step", "project/engine/task.py",
+           '            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)', "            pass",
+           ("tests/test_host_work.py::test_a_run_on_the_cpu_asks_nvml_nothing_per_step",)),
+    Mutant("multilabel-metrics-without-host-syncs", "project/tasks/multilabel.py",
+           'average="macro", validate_args=False)', 'average="macro")',
+           ("tests/test_contract.py::test_an_evaluation_step_makes_the_host_wait_for_nothing",)),
 )  # fmt: skip
 
 
