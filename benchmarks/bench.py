@@ -111,7 +111,6 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     """The hand-written loop. Imports no Lightning: only torch, and the project's network and schedule; the task's
     loss and metric are written out by hand (``RECIPES``)."""
     imported = time.time()
-    import importlib
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -140,8 +139,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             torch.tensor(stats[key], dtype=torch.float64, device=device).view(view).float() for key in ("mean", "std")
         )
 
-    module, _, name = spec["net"]["class_path"].rpartition(".")
-    net = getattr(importlib.import_module(module), name)(**spec["net"]["init_args"]).to(device)
+    net = _load_class(spec["net"]["class_path"])(**spec["net"]["init_args"]).to(device)
     decay = [p for p in net.parameters() if p.ndim >= 2]
     no_decay = [p for p in net.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW(
@@ -187,6 +185,13 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         marks["cpu"][-1].append(time.thread_time())
     marks["end"] = time.time()
     return _result("reference", workload, batch_size, steps, marks, val_metric)
+
+
+def _load_class(class_path: str) -> Any:
+    import importlib
+
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def _classifier(train_targets: torch.Tensor) -> tuple[Any, Any]:
@@ -290,25 +295,15 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
     """A bare Lightning fit of the same task, data and net: built by hand from their classes and the config's
     arguments, a Trainer with the config's flags but no callback, no logger and no progress bar. What the template's
     start-up and steps are compared with, besides the hand-written loop."""
-    import importlib
-
     import lightning as L
 
     spec = torch.load(spec_path, weights_only=True)
-    data, task = spec["data"], spec["model"]
-    classes = {}
-    for path in (data["class_path"], task["class_path"], spec["net"]["class_path"]):
-        module, _, name = path.rpartition(".")
-        classes[path] = getattr(importlib.import_module(module), name)
-
-    def build(class_path: str, **kwargs: Any) -> Any:
-        return classes[class_path](**kwargs)
-
+    data, task, net = spec["data"], spec["model"], spec["net"]
+    data_class, task_class, net_class = (_load_class(c["class_path"]) for c in (data, task, net))
     marks = {**_marks(t0), "imported": time.time()}
     L.seed_everything(spec["seed"], verbose=False)
-    datamodule = build(data["class_path"], **data["init_args"])
-    net = build(spec["net"]["class_path"], **spec["net"]["init_args"])
-    model = build(task["class_path"], net=net, target_names=datamodule.target_names, **task["init_args"])
+    datamodule = data_class(**data["init_args"])
+    model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names, **task["init_args"])
     flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": scratch or None, "logger": False,
              "callbacks": [_clock(marks)], "enable_checkpointing": False, "enable_progress_bar": False,
              "enable_model_summary": False}  # fmt: skip
