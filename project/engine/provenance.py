@@ -240,12 +240,9 @@ class Provenance(Callback):
 
     def _write(self) -> None:
         assert self.path is not None
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            tmp.write_text(json.dumps(self.record, indent=2) + "\n")
-            os.replace(tmp, self.path)
+            write_json(self.path, self.record)
         except OSError as err:  # e.g. a full disk: the record is not worth hiding the run's own error for
-            tmp.unlink(missing_ok=True)
             rank_zero_warn(f"could not write {self.path} ({err.strerror or err}); the run's record is incomplete.")
 
     def _show(self, trainer: L.Trainer) -> None:
@@ -260,3 +257,15 @@ class Provenance(Callback):
             f"provenance/segment_{segment['segment']}", "\n".join(rows), trainer.global_step
         )
         trainer.logger.experiment.flush()
+
+
+def write_json(path: Path, record: Any) -> None:
+    """``record`` as JSON at ``path``, atomically: written beside it, then renamed over it, so a reader (or a
+    process killed mid-write) never sees half a file. A failed write leaves no temporary file and raises."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -24,6 +24,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from project.engine.errors import ConfigError
+from project.engine.provenance import Provenance, write_json
 
 RECORD = "trackers.json"
 # The logger classes whose package is an optional extra: class name -> (module to import, extra).
@@ -120,8 +121,6 @@ class TrackerRun(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The provenance as tags, once the Provenance callback (set up before this one) has its segment."""
-        from project.engine.provenance import Provenance
-
         record = next((cb.record for cb in trainer.callbacks if isinstance(cb, Provenance)), None)  # type: ignore[attr-defined]
         if self.run_dir is None or not record or not record.get("segments"):
             return
@@ -186,10 +185,7 @@ class TrackerRun(Callback):
 
     def _write(self) -> None:
         assert self.run_dir is not None
-        path = self.run_dir / RECORD
-        tmp = path.with_name(f".{RECORD}.tmp")
-        tmp.write_text(json.dumps(self.record, indent=2) + "\n")
-        os.replace(tmp, path)
+        write_json(self.run_dir / RECORD, self.record)
 
 
 def _write_once_params(tracker: Any) -> None:
