@@ -23,6 +23,7 @@ REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS,
 MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
 # What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes).
 PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
+TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
 

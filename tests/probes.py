@@ -111,6 +111,7 @@ class Recorder(L.Callback):
             "batches": self.batches(),
             "lrs": self.lrs,
             "grad_norms": self.grad_norms,
+            "grads": self.grads,
             "final_state": self.final_state,
             "should_stop": trainer.should_stop,
             "stopper": None if stopper is None else (stopper.wait_count, float(stopper.best_score)),

@@ -9,14 +9,18 @@ The contract a subclass declares, which everything downstream reads (the net's s
 - ``target_kind`` and ``target_names``: what the targets are. ``"classes"``: each target is an int64 class index,
   ``target_names`` one name per class in index order. ``"values"``: each target is a float32 vector of real
   values, ``target_names`` one name per value (e.g. the CSV columns). The net has one output per name;
-- ``input_shape``: one sample's shape, e.g. (C, H, W) or (features,); samples are float32 tensors of that shape;
-  ``input_names`` (optional): the name of each input value, in order (a table's feature columns);
+- ``input_shape``: one sample's shape, e.g. (C, H, W) or (features,), or (block_size,) for token sequences (the
+  longest a sample may be: sequences may be shorter); ``input_dtype``: float32 (the default) or int64 (token ids,
+  each < ``len(vocabulary)``); ``input_names`` (optional): the name of each input value, in order (a table's
+  feature columns); ``vocabulary`` (token inputs): the name of each token id;
+- targets that count for nothing (padding) are ``project.engine.task.IGNORE_INDEX``; variable-length samples are
+  batched by ``collate_fn`` (e.g. padded to the batch's longest);
 - ``load_dataset()``: every sample with its target (split here by ``split_seed``), or ``load_splits()`` for your
   own split;
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
 - ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
 
-Normalisation: with ``normalize=True`` the mean and standard deviation per channel (per feature for tables) are
+Normalisation (float inputs only: token ids are never standardised): with ``normalize=True`` the mean and standard deviation per channel (per feature for tables) are
 computed on the training split only, kept in the DataModule's state (plain lists of floats, so a checkpoint
 still loads with ``weights_only=True``), and applied to every batch after it reaches the device. Datasets, and
 ``load_predict_inputs``, stay in raw units; ``export`` builds the normalisation into the exported model.
@@ -77,7 +81,10 @@ class DataModule(L.LightningDataModule):
     target_kind: Literal["classes", "values"] = "classes"
     target_names: list[str]
     input_shape: tuple[int, ...]
+    input_dtype: torch.dtype = torch.float32
     input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
+    vocabulary: list[str] | None = None  # token inputs: what each id is
+    collate_fn: Any = None  # how samples become a batch (None: torch's default, stacking same-shaped samples)
 
     def __init__(
         self,
@@ -164,9 +171,10 @@ class DataModule(L.LightningDataModule):
         val, test, train = order[:n_val], order[n_val : n_val + n_test], order[n_val + n_test :]
         return Subset(dataset, train.tolist()), Subset(dataset, val.tolist()), Subset(dataset, test.tolist())
 
-    def load_predict_inputs(self, path: Path) -> Tensor:
+    def load_predict_inputs(self, path: Path) -> Tensor | Dataset:
         """The inputs in ``path`` for ``predict``, shaped (N, *input_shape), in the same raw units as the training
-        samples. Here: a .npy array of N samples (each of ``input_shape`` or flattened); subclasses read more."""
+        samples (or a Dataset of (input, -1) pairs, for inputs of different lengths). Here: a .npy array of N
+        samples (each of ``input_shape`` or flattened); subclasses read more."""
         if path.suffix != ".npy" or not path.is_file():
             raise ConfigError(f"data.predict_path={str(path)!r}: expected a .npy file of N x {self.input_shape}.")
         return self.check_predict_inputs(path, np.load(path, allow_pickle=False))
@@ -184,7 +192,8 @@ class DataModule(L.LightningDataModule):
     # ---- the engine -----------------------------------------------------------------------------------------------
 
     def check_predict_inputs(self, path: Path, values: Any) -> Tensor:
-        """``values`` as float32 (N, *input_shape), or a ``ConfigError`` naming ``path`` and the shape expected."""
+        """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and the shape (and, for
+        token ids, the range) expected."""
         values = np.asarray(values)
         flat = math.prod(self.input_shape)
         if (
@@ -196,6 +205,14 @@ class DataModule(L.LightningDataModule):
                 f"data.predict_path={str(path)!r} holds an array shaped {values.shape}; expected N >= 1 samples "
                 f"shaped {self.input_shape} (or rows of {flat} values)."
             )
+        if not self.input_dtype.is_floating_point:
+            ids = self.vocabulary or []
+            if values.dtype.kind not in "iu" or values.min() < 0 or values.max() >= len(ids):
+                raise ConfigError(
+                    f"data.predict_path={str(path)!r}: token ids must be integers in [0, {len(ids)}), found "
+                    f"{values.dtype} values in [{values.min()}, {values.max()}]."
+                )
+            return torch.as_tensor(values, dtype=self.input_dtype).reshape(-1, *self.input_shape)
         inputs = torch.as_tensor(values, dtype=torch.float32).reshape(-1, *self.input_shape)
         if not torch.isfinite(inputs).all():
             raise ConfigError(f"data.predict_path={str(path)!r}: the values must be finite (found NaN or inf).")
@@ -207,7 +224,10 @@ class DataModule(L.LightningDataModule):
             if not path.exists():
                 raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
             inputs = self.load_predict_inputs(path)  # no targets: -1
-            self.predict_set = TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
+            self.predict_set = (
+                TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
+                if isinstance(inputs, Tensor) else inputs
+            )  # fmt: skip
         if self.train_set is None:
             self.train_set, self.val_set, self.test_set = self.load_splits()
         if stage == "fit":
@@ -238,7 +258,9 @@ class DataModule(L.LightningDataModule):
     @property
     def normalization(self) -> dict[str, list[float]] | None:
         """{"mean": [...], "std": [...]} per channel (feature), from the training split; None without ``normalize``.
-        Computed on first use unless a checkpoint restored it."""
+        Computed on first use unless a checkpoint restored it; always None for token ids."""
+        if not self.input_dtype.is_floating_point:
+            return None
         if self.hparams["normalize"] and self._normalization is None:
             expected = self.expected_normalization if self.hparams["normalize"] is True else None
             self._normalization = self._declared(expected) if expected else self._compute_normalization()
@@ -327,6 +349,7 @@ class DataModule(L.LightningDataModule):
             # Worker seeds are drawn from this generator, not from the global RNG, which stays untouched by
             # loaders (its state is checkpointed for dropout; see project/engine/rng.py).
             generator=torch.Generator().manual_seed(_run_seed()),
+            collate_fn=self.collate_fn,
             **kwargs,
         )
 

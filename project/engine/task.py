@@ -5,19 +5,28 @@ A task (``project/tasks/``) subclasses ``Task`` and says only what the problem i
 - ``monitor`` and ``mode``: the metric it is judged by and its direction (``"val/acc"``, ``"max"``); the best
   checkpoint, early stopping, ``make runs`` and ``make sweep`` read them unless the config names another;
 - ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``);
-- ``loss(outputs, targets)``: the loss per sample (unreduced: training takes its mean, evaluation its exact mean
-  over the whole split);
+- ``counted``: what its loss averages over: ``"samples"`` (a loss per sample) or ``"tokens"`` (a loss per
+  sequence position; a target equal to ``IGNORE_INDEX`` is padding and counts for nothing). Token losses are
+  weighted by token over the whole optimizer step: the sum of the step's per-token losses, over every micro-batch
+  of the accumulation window and every process, divided by the step's count of counted tokens (Lightning #20350);
+- ``class_dim``: where a class-scored output keeps its classes (1: (batch, classes, ...) as a segmentation's;
+  -1: (batch, positions, vocabulary) as a language model's);
+- ``loss(outputs, targets)``: the loss per sample or per token (unreduced: training takes its mean as ``counted``
+  says, evaluation its exact mean over the whole split);
 - ``configure_metrics()``: a torchmetrics ``MetricCollection``, cloned per stage and logged as ``val/<name>`` and
   ``test/<name>`` once per epoch (``update_metrics`` feeds it, from the net's outputs by default);
 - what a prediction is: ``prediction(outputs)`` (e.g. probabilities, or values in the targets' units),
   ``prediction_table(predictions)`` (the prediction file's columns) with ``write_prediction_files`` (files beside
   it, if a prediction has any: e.g. mask images), and for export ``output_head()`` (what follows
-  the net in the exported model) with ``output_description()`` (its name, shape and meaning in ``model.json``).
+  the net in the exported model) with ``output_description()`` (its name, shape and meaning in ``model.json``);
+  ``settable_at_predict``: the constructor arguments that say how to predict, not what was trained (a language
+  model's ``max_new_tokens``, ``temperature``...): ``predict`` may change them on a checkpoint.
 
 The engine here owns the rest, whatever the task's steps compute: AdamW with the weight-decay split and the
-warmup+cosine schedule per optimizer step, the accumulation tail-window correction (in the ``backward`` hook),
+warmup+cosine schedule per optimizer step, the accumulation tail-window correction and the token weighting of a step (in the ``backward`` hook),
 the logging-step gating and the gradient-norm log, the RNG state in checkpoints, the checkpoint fit check,
-``torch.compile``, the FSDP sharding hook, and the fast_dev_run warmup squeeze.
+``torch.compile``, the FSDP sharding hook, the fast_dev_run warmup squeeze, and a validation at the last step of
+a run that ends at ``trainer.max_steps`` mid-epoch.
 """
 
 import math
@@ -38,6 +47,26 @@ from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_s
 from project.engine.weights import load_matching, read_weights, resolve_weights_file
 
 Batch = tuple[Tensor, Tensor]
+# A target that counts for nothing (padding): torch's cross_entropy skips it by default, as Hugging Face's labels do.
+# A batch is always (inputs, targets): the targets say which positions count, and a net that must know where the
+# inputs are padded reads it from the inputs (its pad id), so an exported model keeps one input.
+IGNORE_INDEX = -100
+
+
+class WeightedMean(MeanMetric):
+    """torchmetrics' ``MeanMetric`` with its weights kept: with ``nan_strategy="disable"`` (no NaN check, which
+    costs a host sync per update) it replaces every weight by 1 (torchmetrics #3434), so a token-weighted mean
+    would silently count padding."""
+
+    def __init__(self) -> None:
+        super().__init__(nan_strategy="disable")
+
+    def update(self, value: Tensor, weight: Tensor | None = None) -> None:  # type: ignore[override]
+        if weight is None:
+            super().update(value)
+            return
+        self.mean_value += (value * weight).sum().to(self.mean_value.dtype)
+        self.weight += weight.sum().to(self.weight.dtype)
 
 
 class Task(L.LightningModule):
@@ -48,6 +77,9 @@ class Task(L.LightningModule):
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
     target_kind: Literal["classes", "values"] = "classes"
+    counted: Literal["samples", "tokens"] = "samples"
+    class_dim: int = 1
+    settable_at_predict: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -118,12 +150,12 @@ class Task(L.LightningModule):
         # nan_strategy="disable": the default NaN check costs a host sync per update; a NaN loss should show
         # in the curve anyway (and EarlyStopping stops on it).
         self.train_loss = MeanMetric(nan_strategy="disable")
-        self.val_loss = MeanMetric(nan_strategy="disable")
-        self.test_loss = MeanMetric(nan_strategy="disable")
+        self.val_loss, self.test_loss = WeightedMean(), WeightedMean()
         metrics = self.configure_metrics()
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.initialized_from: dict[str, Any] = {}  # where a fresh run's weights came from, for provenance.json
+        self._window_tokens: Tensor | None = None  # counted tokens of this process's micro-batches in the window
 
     # ---- what a task says ---------------------------------------------------------------------------------------
 
@@ -241,11 +273,20 @@ class Task(L.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         x, y = batch
-        loss = self.loss(self(x), y).mean()
+        losses = self.loss(self(x), y)
+        if self.counted == "tokens":
+            # The sum, not the mean: the backward hook divides the whole step's gradient by its token count.
+            counted = y != IGNORE_INDEX
+            tokens = counted.sum()
+            self._window_tokens = tokens if self._window_tokens is None else self._window_tokens + tokens
+            loss = losses.masked_fill(~counted, 0.0).sum()
+            shown = loss.detach() / tokens.clamp_min(1)
+        else:
+            loss = shown = losses.mean()
         # Only on the steps the logger writes: each self.log of a metric costs ~0.8 ms of Lightning bookkeeping
         # on a CPU (it moves the metric "to the device" every call), more than a small model's whole step.
         if self.is_logging_step():
-            self.train_loss(loss.detach())
+            self.train_loss(shown.detach())
             self.log("train/loss", self.train_loss, on_step=True, on_epoch=False)
         return loss
 
@@ -257,8 +298,31 @@ class Task(L.LightningModule):
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
         # Here rather than in training_step, so it holds whatever a task's training_step computes.
-        correction = self._tail_window_correction()
-        super().backward(loss * correction if correction != 1.0 else loss, *args, **kwargs)
+        if self.counted == "tokens" and self._window_tokens is not None:
+            scale = self._token_weighting()
+            if scale is not None:
+                loss = loss * scale.to(loss.dtype)
+        elif (correction := self._tail_window_correction()) != 1.0:
+            loss = loss * correction
+        super().backward(loss, *args, **kwargs)
+
+    def _token_weighting(self) -> Tensor | None:
+        """At the last micro-batch of an optimizer step, the factor that turns the step's gradient into that of the
+        sum of its per-token losses divided by its count of counted tokens, over every micro-batch and process:
+        Lightning divides each micro-batch's loss by ``accumulate_grad_batches`` (k, also in a short last window)
+        and DDP averages over the W processes, so the factor is k * W / tokens. The gradients accumulated so far
+        are scaled here, and the last micro-batch's loss by the caller, before DDP's reduction and before any
+        ``on_before_optimizer_step`` hook (clipping, the grad-norm log, callbacks) sees them. None mid-window."""
+        if self.trainer.fit_loop.epoch_loop._should_accumulate():
+            return None
+        assert self._window_tokens is not None
+        tokens = self.trainer.strategy.reduce(self._window_tokens, reduce_op="sum")  # one collective per step
+        self._window_tokens = None
+        scale = self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens.clamp_min(1).double()
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale.to(grads[0].dtype))
+        return scale
 
     def _tail_window_correction(self) -> float:
         """Lightning divides every micro-batch loss by ``accumulate_grad_batches`` (k), also in an epoch's last
@@ -271,6 +335,14 @@ class Task(L.LightningModule):
         batch_idx = self.trainer.fit_loop.epoch_loop.batch_idx
         window = min(k, int(n) - batch_idx // k * k)
         return k / window
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Lightning validates at epoch ends and every val_check_interval, not at trainer.max_steps: a run that stops
+        # there mid-epoch would end unvalidated (no best checkpoint; early stopping, checking at the epoch's end,
+        # raises on the missing metric). Asking to stop at that step makes Lightning validate it first.
+        trainer = self.trainer
+        if 0 < trainer.max_steps <= trainer.global_step and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Called once per optimizer step, after accumulation and AMP unscaling, before clipping: the true pre-clip
@@ -285,9 +357,15 @@ class Task(L.LightningModule):
     def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
         x, y = batch
         outputs = self(x)
-        # Per-sample losses into a MeanMetric: the epoch value is the exact mean over samples, also across DDP
-        # ranks with uneven shards (a mean of batch means, or sync_dist on a tensor, would not be).
-        loss_metric.update(self.loss(outputs, y))
+        # Per-sample (per-token) losses into a MeanMetric: the epoch value is the exact mean over samples (counted
+        # tokens), also across DDP ranks with uneven shards (a mean of batch means, or sync_dist on a tensor, would
+        # not be).
+        losses = self.loss(outputs, y)
+        if self.counted == "tokens":
+            counted = y != IGNORE_INDEX
+            loss_metric.update(losses.masked_fill(~counted, 0.0), weight=counted.to(losses.dtype))
+        else:
+            loss_metric.update(losses)
         self.update_metrics(metrics, outputs, y)
 
     def _log_epoch(self, stage: str, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
