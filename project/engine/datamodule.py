@@ -20,10 +20,11 @@ The contract a subclass declares, which everything downstream reads (the net's s
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
 - ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
 
-Normalisation (float inputs only: token ids are never standardised): with ``normalize=True`` the mean and standard deviation per channel (per feature for tables) are
-computed on the training split only, kept in the DataModule's state (plain lists of floats, so a checkpoint
-still loads with ``weights_only=True``), and applied to every batch after it reaches the device. Datasets, and
-``load_predict_inputs``, stay in raw units; ``export`` builds the normalisation into the exported model.
+Normalisation (float inputs only: token ids are never standardised): with ``normalize=True`` the mean and standard
+deviation per channel (per feature for tables) are computed on the training split only, kept in the DataModule's state
+(plain lists of floats, so a checkpoint still loads with ``weights_only=True``), and applied to every batch after it
+reaches the device. Datasets, and ``load_predict_inputs``, stay in raw units; ``export`` builds the normalisation into
+the exported model.
 """
 
 import math

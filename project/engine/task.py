@@ -23,10 +23,10 @@ A task (``project/tasks/``) subclasses ``Task`` and says only what the problem i
   model's ``max_new_tokens``, ``temperature``...): ``predict`` may change them on a checkpoint.
 
 The engine here owns the rest, whatever the task's steps compute: AdamW with the weight-decay split and the
-warmup+cosine schedule per optimizer step, the accumulation tail-window correction and the token weighting of a step (in the ``backward`` hook),
-the logging-step gating and the gradient-norm log, the RNG state in checkpoints, the checkpoint fit check,
-``torch.compile``, the FSDP sharding hook, the fast_dev_run warmup squeeze, and a validation at the last step of
-a run that ends at ``trainer.max_steps`` mid-epoch.
+warmup+cosine schedule per optimizer step, the accumulation tail-window correction and the token weighting of a step (in
+the ``backward`` hook), the logging-step gating and the gradient-norm log, the RNG state in checkpoints, the checkpoint
+fit check, ``torch.compile``, the FSDP sharding hook, the fast_dev_run warmup squeeze, and a validation at the last step
+of a run that ends at ``trainer.max_steps`` mid-epoch.
 """
 
 import math
@@ -341,7 +341,8 @@ class Task(L.LightningModule):
         # there mid-epoch would end unvalidated (no best checkpoint; early stopping, checking at the epoch's end,
         # raises on the missing metric). Asking to stop at that step makes Lightning validate it first.
         trainer = self.trainer
-        if 0 < trainer.max_steps <= trainer.global_step and not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        if 0 < trainer.max_steps <= trainer.global_step and not last_batch:
             trainer.should_stop = True
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
