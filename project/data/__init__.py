@@ -6,5 +6,8 @@ from project.data.digits import DigitsDataModule
 from project.data.images import ImageFolderDataModule
 from project.data.segmentation import SegmentationFolderDataModule
 from project.data.table import CSVDataModule
+from project.data.text import TextDataModule
 
-__all__ = ["CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "SegmentationFolderDataModule"]
+__all__ = [
+    "CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "SegmentationFolderDataModule", "TextDataModule",
+]  # fmt: skip

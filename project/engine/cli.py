@@ -157,6 +157,12 @@ class CLI(LightningCLI):
         before = flatten(self.config[subcommand].model.as_dict(), "model")
         super()._parse_ckpt_path()
         after = flatten(self.config[subcommand].model.as_dict(), "model")
+        # How to predict (a language model's sampling settings) is not what was trained: predict keeps the config's.
+        settable = _settable_at_predict(self.config[subcommand].model) if subcommand == "predict" else ()
+        for key in settable:
+            if f"model.{key}" in before:
+                self.config[subcommand].model.init_args[key] = before[f"model.{key}"]
+        after = {k: v for k, v in after.items() if k.removeprefix("model.") not in settable}
         # A key the config leaves null (such as the shapes linked from the data) takes the checkpoint's value.
         conflicts = [k for k in sorted(before.keys() & after.keys()) if before[k] not in (None, after[k])]
         if conflicts:
@@ -341,6 +347,16 @@ class CLI(LightningCLI):
                 logger.log_hyperparams(params)
                 logger.log_metrics(metrics, step=self.trainer.global_step)
             logger.finalize("success")  # flush: nothing else closes the writer after the test
+
+
+def _settable_at_predict(model: Any) -> tuple[str, ...]:
+    """The task's constructor arguments that predict may change on a checkpoint (``Task.settable_at_predict``)."""
+    module, _, name = str(getattr(model, "class_path", "")).rpartition(".")
+    try:
+        task = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return ()
+    return tuple(getattr(task, "settable_at_predict", ()))
 
 
 def _simple(params: dict[str, Any]) -> dict[str, Any]:

@@ -172,10 +172,10 @@ class DataModule(L.LightningDataModule):
         val, test, train = order[:n_val], order[n_val : n_val + n_test], order[n_val + n_test :]
         return Subset(dataset, train.tolist()), Subset(dataset, val.tolist()), Subset(dataset, test.tolist())
 
-    def load_predict_inputs(self, path: Path) -> Tensor | Dataset:
+    def load_predict_inputs(self, path: Path) -> Tensor:
         """The inputs in ``path`` for ``predict``, shaped (N, *input_shape), in the same raw units as the training
-        samples (or a Dataset of (input, -1) pairs, for inputs of different lengths). Here: a .npy array of N
-        samples (each of ``input_shape`` or flattened); subclasses read more."""
+        samples (a subclass may return a Dataset of (input, -1) pairs instead, for inputs of different lengths).
+        Here: a .npy array of N samples (each of ``input_shape`` or flattened); subclasses read more."""
         if path.suffix != ".npy" or not path.is_file():
             raise ConfigError(f"data.predict_path={str(path)!r}: expected a .npy file of N x {self.input_shape}.")
         return self.check_predict_inputs(path, np.load(path, allow_pickle=False))
@@ -229,7 +229,8 @@ class DataModule(L.LightningDataModule):
                 TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
                 if isinstance(inputs, Tensor) else inputs
             )  # fmt: skip
-        if self.train_set is None:
+        # Predicting on files needs no split: the training data need not be on this machine.
+        if self.train_set is None and not (stage == "predict" and self.predict_set is not None):
             self.train_set, self.val_set, self.test_set = self.load_splits()
         if stage == "fit":
             self.normalization  # noqa: B018  (computed now, before training starts, unless a checkpoint restores it)

@@ -8,7 +8,8 @@ on every call) in favour of ``torch.export``, which also feeds the ONNX exporter
 The exported model takes inputs in the DataModule's raw units (as its ``load_predict_inputs`` decodes them: e.g.
 images scaled to [0, 1], or a table's feature values) and applies the run's normalisation itself; its outputs are
 what the task's ``output_description`` says (a classifier's logits, a regressor's values in the targets' units),
-written into ``model.json`` with the input's shape, dtype and normalisation. Any batch size N works.
+written into ``model.json`` with the input's shape, dtype and normalisation. Any batch size N works, and for token
+sequences (int64 inputs shaped (block_size,)) any length from 1 to the block size.
 """
 
 import argparse
@@ -72,14 +73,17 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     head = model.output_head()
     net = Normalized(model.net, data.normalization, len(data.input_shape), head).eval()
     output = model.output_description()
-    batch = torch.export.Dim("batch")
+    dynamic: dict[int, Any] = {0: torch.export.Dim("batch")}
+    sequences = not data.input_dtype.is_floating_point and len(data.input_shape) == 1
+    if sequences:  # token ids: a prompt of any length up to the block
+        dynamic[1] = torch.export.Dim("sequence", min=1, max=data.input_shape[0])
     example = (inputs[:2],)
 
     out = checkpoint.parent
-    program = torch.export.export(net, example, dynamic_shapes=({0: batch},))
+    program = torch.export.export(net, example, dynamic_shapes=(dynamic,))
     torch.export.save(program, out / "model.pt2")
     torch.onnx.export(
-        net, example, out / "model.onnx", dynamic_shapes=({0: batch},), input_names=["inputs"],
+        net, example, out / "model.onnx", dynamic_shapes=(dynamic,), input_names=["inputs"],
         output_names=[output["name"]], opset_version=OPSET,
     )  # fmt: skip
 
@@ -90,15 +94,18 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     loaded = torch.export.load(out / "model.pt2").module()
     parity = {}
     some = min(37, len(inputs))
+    lengths = sorted({1, max(1, data.input_shape[0] // 2)}) if sequences else []
     for name, run in {
         "onnx": lambda x: torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0]),
         "pt2": lambda x: loaded(x).detach(),
     }.items():
-        # The whole test split, then batches of 1 and 37: the batch dimension is dynamic.
+        # The whole test split, then batches of 1 and 37: the batch dimension is dynamic; token sequences also cut
+        # to 1 token and to half the block (a causal model's outputs on a prefix are those of the whole block).
         diff = max(
             (run(inputs) - reference).abs().max().item(),
             (run(inputs[:1]) - reference[:1]).abs().max().item(),
             (run(inputs[:some]) - reference[:some]).abs().max().item(),
+            *((run(inputs[:some, :n]) - reference[:some, :n]).abs().max().item() for n in lengths),
         )
         parity[name] = {"max_abs_diff": diff, "max_rel_diff": diff / scale}
         if not diff <= tolerance * scale:
@@ -112,7 +119,9 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         "files": {"onnx": "model.onnx", "torch_export": "model.pt2"},
         "data": data.hparams.get("_class_path") or f"{type(data).__module__}.{type(data).__qualname__}",
         "input": {
-            "name": "inputs", "shape": ["batch", *data.input_shape], "dtype": "float32",
+            "name": "inputs", "shape": ["batch", *(["sequence"] if sequences else data.input_shape)],
+            "dtype": str(data.input_dtype).removeprefix("torch."),
+            **({"max_sequence": data.input_shape[0], "vocabulary": len(data.vocabulary or [])} if sequences else {}),
             "units": "raw, as the DataModule's load_predict_inputs decodes them",
             "normalization": data.normalization,
             "normalization_inside": True,
@@ -121,7 +130,8 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,
         "onnx_opset": OPSET,
-        "parity": {"inputs": f"test split ({len(inputs)} inputs), batch sizes 1 and {some}",
+        "parity": {"inputs": f"test split ({len(inputs)} inputs), batch sizes 1 and {some}"
+                   + (f", sequence lengths {lengths} and {data.input_shape[0]}" if sequences else ""),
                    "tolerance": f"{tolerance} x max(1, max |output|) = {tolerance * scale:.3g}", **parity},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
     }  # fmt: skip

@@ -3,7 +3,8 @@ says only what the problem is (loss, metrics, the metric it is judged by, what a
 ``model.class_path`` in the config (configs/tasks/*.yaml)."""
 
 from project.tasks.classification import Classifier
+from project.tasks.language_model import LanguageModel
 from project.tasks.regression import Regressor
 from project.tasks.segmentation import Segmenter
 
-__all__ = ["Classifier", "Regressor", "Segmenter"]
+__all__ = ["Classifier", "LanguageModel", "Regressor", "Segmenter"]

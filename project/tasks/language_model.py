@@ -1,0 +1,99 @@
+"""Language modelling: next-token cross-entropy weighted by token, judged by ``val/loss`` (min), with ``val/ppl``
+(its exponential) and ``val/bpb`` (bits per byte: the loss in bits, for a byte-level vocabulary where a token is a
+byte) logged beside it. A prediction is a generation: ``max_new_tokens`` sampled after each prompt, with
+``temperature`` and ``top_k``, seeded by ``seed`` (the same prompt and seed give the same text); these four may be
+given at predict time on any checkpoint (configs/tasks/language_model.yaml)."""
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from project.engine.errors import ConfigError
+from project.engine.task import IGNORE_INDEX, Task
+
+
+class LanguageModel(Task):
+    """The net maps token ids (batch, T) to logits (batch, T, vocabulary); the target of each position is the
+    next token."""
+
+    monitor = "val/loss"
+    mode = "min"
+    target_kind = "classes"  # a class (a token of the vocabulary) per position
+    counted = "tokens"
+    class_dim = -1
+    settable_at_predict = ("max_new_tokens", "temperature", "top_k", "seed")
+
+    def __init__(
+        self,
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        seed: int = 0,
+        **engine: Any,
+    ) -> None:
+        """
+        Args:
+            max_new_tokens: tokens generated after each prompt by ``predict``.
+            temperature: the logits are divided by it before sampling; 0 = greedy (always the likeliest token).
+            top_k: sample among the k likeliest tokens only; null = among all.
+            seed: the sampling's seed (prompt i is sampled with seed + i).
+            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+        """
+        if max_new_tokens < 1:
+            raise ConfigError(f"model.max_new_tokens={max_new_tokens!r}: must be >= 1.")
+        if temperature < 0:
+            raise ConfigError(f"model.temperature={temperature!r}: must be >= 0 (0 = greedy).")
+        if top_k is not None and top_k < 1:
+            raise ConfigError(f"model.top_k={top_k!r}: must be >= 1, or null for all tokens.")
+        self.max_new_tokens, self.temperature, self.top_k, self.seed = max_new_tokens, temperature, top_k, seed
+        super().__init__(**engine)
+
+    def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        losses = F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=IGNORE_INDEX)
+        return losses.view_as(targets)
+
+    def _log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
+        super()._log_epoch(stage, loss_metric, metrics)
+        loss = loss_metric.compute()  # the exact token-weighted mean over the split (synced across processes)
+        self.log(f"{stage}/ppl", loss.exp())
+        if all(name.startswith("<0x") for name in self.target_names[:256]):  # a byte-level vocabulary
+            self.log(f"{stage}/bpb", loss / math.log(2))
+
+    # ---- predict: generation ----------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(self, ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``max_new_tokens`` token ids after the prompt ``ids`` (1, T), each from the logits of the last position
+        given at most ``block_size`` tokens of context (nanoGPT's ``generate``)."""
+        block = int(getattr(self.net, "block_size", ids.shape[1]))
+        for _ in range(self.max_new_tokens):
+            logits = self(ids[:, -block:])[:, -1, :].float()
+            if self.temperature == 0:
+                token = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / self.temperature
+                if self.top_k is not None:
+                    kth = torch.topk(logits, min(self.top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, -math.inf)
+                token = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+            ids = torch.cat([ids, token], dim=1)
+        return ids[:, -self.max_new_tokens :]
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        prompt = batch[0]
+        generator = torch.Generator(device=prompt.device).manual_seed(self.seed + batch_idx)
+        return self.generate(prompt, generator)
+
+    def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
+        from project.data.text import decode
+
+        return ["generated"], [[decode(row, self.target_names)] for row in predictions.long().tolist()]
+
+    def output_description(self) -> dict[str, Any]:
+        return {"name": "logits", "shape": ["batch", "sequence", len(self.target_names)],
+                "vocabulary": len(self.target_names),
+                "meaning": "next-token logits at every position: softmax over the last dimension gives the "
+                           "distribution of the token that follows"}  # fmt: skip
