@@ -23,6 +23,7 @@ REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS,
 MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
 # What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes).
 PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
+LANGUAGE_MODEL = str(ROOT / "tests" / "configs" / "language_model.yaml")  # over DIGITS, --data.path=<text_corpus>
 TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
@@ -77,6 +78,9 @@ _scratch: Path | None = None
 def _scratch_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
     global _scratch
     _scratch = tmp_path_factory.mktemp("scratch")
+    # What a run caches by default (a text corpus's token file, under ~/.cache) lands in pytest's tree too, for
+    # every test and the processes they start.
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +122,19 @@ def segmentation_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from make_example_data import write_segmentation
 
     return write_segmentation(tmp_path_factory.mktemp("data") / "segmentation", count=64, size=16)
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """~100 KB of English and Python: the source of a few standard-library modules, as one text file."""
+    import json
+    import string
+    import textwrap
+
+    text = "\n".join(Path(m.__file__).read_text() for m in (textwrap, string, json.decoder, json.encoder))
+    path = tmp_path_factory.mktemp("data") / "corpus.txt"
+    path.write_text(text[:100_000])
+    return path
 
 
 def scratch_dir() -> Path:

@@ -2,8 +2,9 @@
 ``configs/default.yaml`` selects ("default": after you swap in your own task, DataModule or net, these say whether
 it keeps them), and against a generated fixture for each shipped task: classification of an image folder
 ("images"), regression on a CSV table ("regression"), the README's one-file custom task, multi-label
-classification ("multilabel"), and semantic segmentation of images with masks ("segmentation"). Nothing here
-knows which task it runs: each test reads what the task and the DataModule declare.
+classification ("multilabel"), semantic segmentation of images with masks ("segmentation"), and a language
+model on a text corpus ("language_model": token ids in, a class per position, generation as its prediction).
+Nothing here knows which task it runs: each test reads what the task and the DataModule declare.
 
 Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
 versions of each guarantee run on digits in the other test files.
@@ -19,22 +20,39 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import DIGITS, IMAGES, MULTILABEL, REGRESSION, ROOT, SEGMENTATION, USER_DEFAULT, fit, run_module, scalars
+from conftest import (
+    DIGITS,
+    IMAGES,
+    LANGUAGE_MODEL,
+    MULTILABEL,
+    REGRESSION,
+    ROOT,
+    SEGMENTATION,
+    USER_DEFAULT,
+    fit,
+    run_module,
+    scalars,
+)  # fmt: skip
 from probes import Recorder
 
 from project.engine.cli import CLI, main
 from project.engine.datamodule import NORMALIZATION_SAMPLES, DataModule
 from project.engine.last_checkpoint import Interrupted
-from project.engine.task import Task
+from project.engine.task import IGNORE_INDEX, Task
 
 pytestmark = pytest.mark.slow
-SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation")
+SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation", "language_model")
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
 
 
 @pytest.fixture(scope="module", params=SUBJECTS)
 def subject(
-    request: pytest.FixtureRequest, image_folder: Path, regression_csv: Path, tags_csv: Path, segmentation_folder: Path
+    request: pytest.FixtureRequest,
+    image_folder: Path,
+    regression_csv: Path,
+    tags_csv: Path,
+    segmentation_folder: Path,
+    text_corpus: Path,
 ) -> tuple[str, ...]:
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
     return {
@@ -43,6 +61,7 @@ def subject(
         "regression": ("--config", DIGITS, "--config", REGRESSION, f"--data.path={regression_csv}"),
         "multilabel": ("--config", DIGITS, "--config", MULTILABEL, f"--data.path={tags_csv}"),
         "segmentation": ("--config", DIGITS, "--config", SEGMENTATION, f"--data.root={segmentation_folder}"),
+        "language_model": ("--config", DIGITS, "--config", LANGUAGE_MODEL, f"--data.path={text_corpus}"),
     }[request.param]
 
 
@@ -87,13 +106,18 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
     assert task.target_names == names
     dm.setup("fit")
     x, y = dm.train_set[0]
-    assert x.shape == dm.input_shape and x.dtype == torch.float32
+    assert x.shape == dm.input_shape and x.dtype == dm.input_dtype in (torch.float32, torch.int64)
+    tokens = not dm.input_dtype.is_floating_point
+    if tokens:  # token ids of the declared vocabulary, never normalised
+        assert dm.vocabulary and ((x >= 0) & (x < len(dm.vocabulary))).all() and dm.normalization is None
     inputs, targets = dm.split_tensors("val")
-    if dm.target_kind == "classes":  # int64 class indices, at least two classes: one per sample, or one per pixel
-        assert len(names) >= 2 and y.dtype == torch.int64 and y.shape in ((), x.shape[1:])
-        assert targets.dtype == torch.int64 and ((targets >= 0) & (targets < len(names))).all()
+    if dm.target_kind == "classes":  # int64 class indices, at least two classes: per sample, pixel or position
+        assert len(names) >= 2 and y.dtype == torch.int64 and y.shape in ((), x.shape[1:], x.shape)
+        counted = targets != IGNORE_INDEX
+        assert targets.dtype == torch.int64 and ((targets >= 0) & (targets < len(names)) | ~counted).all()
         assert targets.shape == (len(inputs), *y.shape)
-        outputs = (3, len(names), *y.shape)  # one logit per class, for the sample or for each of its pixels
+        # One logit per class, for the sample or for each of its pixels or positions, where the task keeps them.
+        outputs = (3, len(names), *y.shape) if task.class_dim == 1 else (3, *y.shape, len(names))
     else:  # one float32 value per name, never cast to an integer
         assert y.dtype == torch.float32 and y.shape == (len(names),)
         assert targets.dtype == torch.float32 and targets.shape == (len(inputs), len(names))
@@ -112,10 +136,17 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
             live = torch.tensor(stats["std"]) > 1e-6  # a constant channel stays unscaled
             torch.testing.assert_close(z.mean(1), torch.zeros(len(z), dtype=torch.float64), rtol=0, atol=1e-6)
             torch.testing.assert_close(z.std(1, correction=0)[live], torch.ones(int(live.sum()), dtype=torch.float64))
-    # A raw input saved as .npy comes back from the predict decoder unchanged.
-    path = tmp_path / "inputs.npy"
-    np.save(path, inputs[:5].numpy())
-    assert torch.equal(dm.load_predict_inputs(path), inputs[:5])
+    if tokens:  # a prompt file comes back from the predict decoder as the prompts' token ids, in order
+        from project.data.text import decode
+
+        prompts = ["def f(x):", "", "The quick brown fox"]  # an empty line: a prompt of <|endoftext|> alone
+        (tmp_path / "prompts.txt").write_text("\n".join(prompts))
+        decoded = dm.load_predict_inputs(tmp_path / "prompts.txt")
+        assert [decode(decoded[i][0].tolist()[1:], dm.vocabulary) for i in range(3)] == prompts
+    else:  # a raw input saved as .npy comes back from the predict decoder unchanged
+        path = tmp_path / "inputs.npy"
+        np.save(path, inputs[:5].numpy())
+        assert torch.equal(dm.load_predict_inputs(path), inputs[:5])
     # show() draws something for a person to look at.
     import matplotlib
 
@@ -124,7 +155,7 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
 
     fig, ax = plt.subplots()
     dm.show(inputs[0], ax)
-    assert ax.images or ax.patches
+    assert ax.images or ax.patches or ax.texts
     plt.close(fig)
 
 
@@ -317,9 +348,19 @@ def _assert_same_cells(got: list[str], want: list[object]) -> None:
         assert number == pytest.approx(float(str(value)), rel=2e-5, abs=1e-6), (got, want)
 
 
+def _test_loss_by_hand(task: Task, outputs: torch.Tensor, targets: torch.Tensor) -> float:
+    losses = task.loss(outputs, targets)
+    if task.counted == "tokens":
+        counted = targets != IGNORE_INDEX
+        return float(losses.masked_fill(~counted, 0.0).sum() / counted.sum())
+    return float(losses.mean())
+
+
 def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(trained: tuple[Path, CLI]) -> None:
     run, cli = trained
     task, dm = cli.model, cli.datamodule
+    if hasattr(task, "generate"):
+        pytest.skip("a prediction of this task is a generation: test_greedy_generation_is_the_teacher_forced_argmax")
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
     with open(run / "predictions.csv") as f:
         rows = list(csv.reader(f))
@@ -334,6 +375,7 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
     metrics = task.configure_metrics()
     task.update_metrics(metrics, outputs, targets)
     logged = scalars(run)
+    assert logged["test/loss"][0][1] == pytest.approx(_test_loss_by_hand(task, outputs, targets), rel=1e-5)
     for name, value in metrics.compute().items():
         (_, test_value), *_ = logged[f"test/{name}"]
         assert float(value) == pytest.approx(test_value, rel=1e-5, abs=1e-6), name
@@ -346,6 +388,44 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
         assert list(csv.reader(f))[1:] == rows[1:21]
 
 
+def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
+    trained: tuple[Path, CLI], tmp_path: Path
+) -> None:
+    """Each generated token is the argmax of the model's forward on the prompt and the tokens generated before it
+    (the teacher-forced forward of the whole sequence gives them all at once: a causal model); the sampling settings
+    are given at predict time without touching the checkpoint; the test loss is the token-weighted mean."""
+    run, cli = trained
+    task, dm = cli.model, cli.datamodule
+    if not hasattr(task, "generate"):
+        pytest.skip("a prediction of this task is one forward pass: test_predict_writes_the_tasks_columns...")
+    from project.data.text import decode, encode
+
+    prompts = ["def main(", "import os"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts))
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
+          f"--data.predict_path={tmp_path / 'prompts.txt'}", "--model.temperature=0",
+          "--model.max_new_tokens=6"])  # fmt: skip
+    with open(run / "predictions.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["input"] for r in rows] == prompts
+    task.eval()
+    settings = task.temperature, task.max_new_tokens
+    task.temperature, task.max_new_tokens = 0.0, 6  # what predict was given
+    try:
+        for prompt, row in zip(prompts, rows, strict=True):
+            ids = torch.tensor([[256, *encode(prompt)]])
+            with torch.inference_mode():
+                new = task.generate(ids)
+                logits = task(torch.cat([ids, new], 1))
+            assert torch.equal(logits[0, ids.shape[1] - 1 : -1].argmax(-1), new[0])
+            assert row["generated"] == decode(new[0].tolist(), dm.vocabulary)
+    finally:
+        task.temperature, task.max_new_tokens = settings
+    assert settings[1] != 6  # the checkpoint's own setting was another: predict's came from the command line
+    outputs, targets = _outputs_by_hand(cli, "test")
+    assert scalars(run)["test/loss"][0][1] == pytest.approx(_test_loss_by_hand(task, outputs, targets), rel=1e-5)
+
+
 def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI]) -> None:
     import onnxruntime
 
@@ -356,7 +436,9 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     metadata = export(run / "checkpoints" / "best.ckpt")
     assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
     assert metadata["output"] == json.loads(json.dumps(task.output_description()))
-    assert metadata["input"]["shape"] == ["batch", *dm.input_shape]
+    sequences = not dm.input_dtype.is_floating_point
+    assert metadata["input"]["shape"] == ["batch", *(["sequence"] if sequences else dm.input_shape)]
+    assert metadata["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
     assert metadata["input"].get("features") == dm.input_names  # a table's columns, in the order to feed them
     assert metadata["input"]["normalization"] == dm.normalization
     # Raw inputs in, the task's outputs out (the normalisation and the task's head are inside the exported model).
@@ -366,6 +448,10 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     with torch.inference_mode():
         expected = task.output_head()(outputs)
     got = torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
+    if sequences:  # any prompt length up to the block: a causal model's outputs on a prefix are the block's
+        for n in (1, 7, dm.input_shape[0]):
+            prefix = torch.from_numpy(session.run(None, {"inputs": inputs[:5, :n].numpy()})[0])
+            torch.testing.assert_close(prefix, expected[:5, :n], rtol=0, atol=1e-4 * max(1.0, expected.abs().max()))
     # float32 end to end: ~1e-7 relative per op; 1e-4 of the outputs' scale (their largest magnitude, at least 1)
     # leaves a wide margin whatever the units (logits of order 1-10, or values of order 1e4).
     scale = max(1.0, expected.abs().max().item())
