@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DIGITS, ROOT, TOKENS, fit, run_module
+from conftest import DIGITS, ROOT, TOKENS, fit, run_module, scalars
 from probes import Recorder, Snapshots
 from tokens import TokenNet, VariableLengthTokens, pad
 
@@ -103,3 +103,26 @@ def test_the_evaluation_loss_is_the_token_weighted_mean_over_the_split(tmp_path:
     # The metric's state is float32 (6e-8 relative per addition, ~75 tokens): 1e-6. Padding counted as tokens
     # (torchmetrics #3434) gives 75 / 100 of it.
     assert cli.trainer.callback_metrics["test/loss"].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_throughput_is_counted_in_tokens_and_flops(tmp_path: Path) -> None:
+    """Within a logging window the rates share one elapsed time, so their ratios are exact counts: tokens per sample
+    of the window's batch (padding excluded), and FLOPs per batch (3 x its forward's, counted by hand here)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    recorder = _recorded(tmp_path, "--trainer.max_steps=4", "--trainer.log_every_n_steps=1", "--data.batch_size=4")
+    logged = scalars(tmp_path / "tokens" / "version_0")
+    dm = VariableLengthTokens()
+    dm.setup("fit")
+    for step, batch in enumerate(recorder.batches()):
+        x, y = pad([dm.train_set[i] for i in batch])
+        tokens = int((y != IGNORE_INDEX).sum())
+        rates = {tag: dict(logged[f"train/{tag}"])[step] for tag in ("tokens_per_sec", "samples_per_sec",
+                                                                     "flops_per_sec", "batches_per_sec")}  # fmt: skip
+        assert rates["tokens_per_sec"] / rates["samples_per_sec"] == pytest.approx(tokens / len(batch), rel=1e-6)
+        net = TokenNet((12,), 11).double()
+        with FlopCounterMode(display=False) as counter:
+            net(x)
+        if step == 0:
+            flops = 3 * counter.get_total_flops()  # the first batch's, as the monitor counts it
+        assert rates["flops_per_sec"] / rates["batches_per_sec"] == pytest.approx(flops, rel=1e-6)

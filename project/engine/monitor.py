@@ -11,12 +11,18 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from project.engine.task import IGNORE_INDEX
+
 
 class TrainingMonitor(L.Callback):
     """Logs, on the steps the logger writes (``trainer.log_every_n_steps``), averaged over the steps since the last:
 
     - ``train/samples_per_sec`` and ``train/batches_per_sec`` of this process, and ``train/samples_per_sec_global``
-      (this process's rate times the number of processes: every process runs the same steps in lockstep);
+      (this process's rate times the number of processes: every process runs the same steps in lockstep); for a
+      task that counts tokens (``Task.counted``), ``train/tokens_per_sec`` and ``train/tokens_per_sec_global`` too
+      (counted tokens: padding excluded);
+    - ``train/flops_per_sec``: the FLOPs of one training batch (``_count_flops``, once, at the first batch) times the
+      batches per second; on a GPU whose peak Lightning knows (``get_available_flops``), ``train/mfu`` too;
     - ``train/data_wait``: the fraction of wall time spent waiting for the next batch from the DataLoader
       (timed inside the loader when it offers ``wait_seconds``, as ``ResumableDataLoader`` does; otherwise the
       time between one batch's end and the next one's start, which also counts Lightning's own per-step work).
@@ -38,17 +44,38 @@ class TrainingMonitor(L.Callback):
         self._windows = 0
         self._epoch_start = 0.0
         self._loader_wait_seen = 0.0
+        self._tokens: Any = 0
+        self._flops_per_batch: int | None = None
+        self._peak_flops: float | None = None
 
     def _reset_window(self, now: float) -> None:
-        self._window_start, self._wait, self._samples, self._batches = now, 0.0, 0, 0
+        self._window_start, self._wait, self._samples, self._batches, self._tokens = now, 0.0, 0, 0, 0
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        now = time.perf_counter()
-        self._epoch_start = now
-        self._last_end = None  # the first batch of an epoch waits for worker start-up: not counted
-        self._reset_window(now)
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._epoch_start = time.perf_counter()  # a run resumed mid-epoch starts no epoch
+
+    def _count_flops(self, pl_module: L.LightningModule, batch: Any) -> None:
+        """3 x the FLOPs of one forward of the first batch (the backward costs twice the forward: Kaplan et al.'s
+        6N per token), counted by torch's FlopCounterMode, once: in eval mode without autograd and with the RNG
+        state restored, so the run's results are untouched. Not for a compiled net (it would compile again)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._flops_per_batch = 0
+        if pl_module.hparams.get("compile"):
+            return
+        training = pl_module.training
+        try:
+            with torch.random.fork_rng(devices=[]), torch.no_grad(), FlopCounterMode(display=False) as counter:
+                pl_module.eval()
+                pl_module(batch[0])
+        finally:
+            pl_module.train(training)
+        self._flops_per_batch = 3 * counter.get_total_flops()
+        rank_zero_info(f"FLOPs per training batch: {self._flops_per_batch:.3g} (3 x its forward's)")
         if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+            from lightning.fabric.utilities.throughput import get_available_flops
+
+            self._peak_flops = get_available_flops(pl_module.device, next(pl_module.parameters()).dtype)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         now = time.perf_counter()
@@ -61,8 +88,12 @@ class TrainingMonitor(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if self._flops_per_batch is None and isinstance(batch, list | tuple):
+            self._count_flops(pl_module, batch)
         now = self._last_end = time.perf_counter()
         self._samples += len(batch[0]) if isinstance(batch, list | tuple) else 0
+        if getattr(pl_module, "counted", "samples") == "tokens":
+            self._tokens = self._tokens + (batch[1] != IGNORE_INDEX).sum()  # on the device: read once per window
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
         if every <= 0 or trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
@@ -79,6 +110,14 @@ class TrainingMonitor(L.Callback):
             "train/samples_per_sec_global": samples_per_sec * trainer.world_size,
             "train/data_wait": data_wait,
         }
+        if not isinstance(self._tokens, int):  # one host read per logging step
+            tokens_per_sec = float(self._tokens) / elapsed
+            values.update({"train/tokens_per_sec": tokens_per_sec,
+                           "train/tokens_per_sec_global": tokens_per_sec * trainer.world_size})  # fmt: skip
+        if self._flops_per_batch:
+            values["train/flops_per_sec"] = self._flops_per_batch * self._batches / elapsed
+            if self._peak_flops:
+                values["train/mfu"] = values["train/flops_per_sec"] / self._peak_flops
         # Straight to the loggers (rank 0 only), at the step Lightning writes this step's metrics under: these
         # are host floats nobody monitors, and self.log would add ~0.5 ms of bookkeeping per value.
         for logger in trainer.loggers:
