@@ -31,6 +31,9 @@ class Mutant(NamedTuple):
     tests: tuple[str, ...]
 
 
+TOKENS_ACCUMULATION = (
+    "tests/test_tokens.py::test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_closed_form"
+)
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -133,6 +136,36 @@ MUTANTS = (
     Mutant("multilabel-metrics-without-host-syncs", "project/tasks/multilabel.py",
            'average="macro", validate_args=False)', 'average="macro")',
            ("tests/test_contract.py::test_an_evaluation_step_makes_the_host_wait_for_nothing",)),
+    Mutant("token-weighted-step", "project/engine/task.py",
+           '        if self.counted == "tokens" and self._window_tokens is not None:', "        if False:",
+           (TOKENS_ACCUMULATION,)),
+    Mutant("token-weighting-per-micro-batch-mean", "project/engine/task.py",
+           "            loss = losses.masked_fill(~counted, 0.0).sum()\n",
+           "            loss = losses.masked_fill(~counted, 0.0).sum() / tokens.clamp_min(1)\n",
+           (TOKENS_ACCUMULATION,)),
+    Mutant("token-count-summed-over-processes", "project/engine/task.py",
+           'tokens = self.trainer.strategy.reduce(self._window_tokens, reduce_op="sum")',
+           "tokens = self._window_tokens * self.trainer.world_size",
+           ("tests/test_tokens.py::test_two_processes_with_unequal_token_counts_equal_one_process",)),
+    Mutant("token-weighting-undoes-ddp-averaging", "project/engine/task.py",
+           "self.trainer.accumulate_grad_batches * self.trainer.world_size / tokens",
+           "self.trainer.accumulate_grad_batches / tokens",
+           ("tests/test_tokens.py::test_two_processes_with_unequal_token_counts_equal_one_process",)),
+    Mutant("evaluation-loss-weighted-by-token", "project/engine/task.py",
+           "        self.weight += weight.sum().to(self.weight.dtype)",
+           "        self.weight += torch.ones_like(weight).sum().to(self.weight.dtype)",
+           ("tests/test_tokens.py::test_the_evaluation_loss_is_the_token_weighted_mean_over_the_split",)),
+    Mutant("validation-at-max-steps", "project/engine/task.py",
+           "            trainer.should_stop = True\n\n    def on_before_optimizer_step",
+           "            pass\n\n    def on_before_optimizer_step",
+           ("tests/test_trainer_flags.py::test_a_step_based_run_shorter_than_an_epoch_validates_at_its_last_step",)),
+    Mutant("throughput-counts-tokens-not-padding", "project/engine/monitor.py",
+           "(batch[1] != IGNORE_INDEX).sum()", "(batch[1] > -1000).sum()",
+           ("tests/test_tokens.py::test_throughput_is_counted_in_tokens_and_flops",)),
+    Mutant("integer-inputs-never-normalised", "project/engine/datamodule.py",
+           "        if not self.input_dtype.is_floating_point:\n            return None",
+           "        if False:\n            return None",
+           (TOKENS_ACCUMULATION,)),  # the fixture keeps the engine's default, normalize=true
 )  # fmt: skip
 
 
