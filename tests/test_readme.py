@@ -149,9 +149,17 @@ def _checkout(tmp_path: Path) -> Path:
         fit(tmp_path / "trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
             "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1").trainer.log_dir  # type: ignore[arg-type]
     )  # fmt: skip
+    (tmp_path / "corpus.txt").write_text(Path(re.__file__).read_text())  # a language model's run: its own task
+    from conftest import DIGITS, LANGUAGE_MODEL
+
+    language_model = Path(
+        fit(tmp_path / "trained", f"--data.path={tmp_path / 'corpus.txt'}", "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
+            configs=(DIGITS, LANGUAGE_MODEL)).trainer.log_dir  # type: ignore[arg-type]
+    )  # fmt: skip
     for name in set(re.findall(r"\blogs/(\w+/version_\d+)", README)):  # each run directory the README names
         (checkout / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / "logs" / name).symlink_to(run)
+        (checkout / "logs" / name).symlink_to(language_model if name.startswith("language_model/") else run)
     (checkout / "logs" / "sweeps" / "default").mkdir(parents=True)
     (checkout / "logs" / "sweeps" / "default" / "best.yaml").write_text((run / "config.yaml").read_text())
     for mine in ("my_config.yaml", "my.yaml"):  # your own base config: here, a copy of the shipped one
