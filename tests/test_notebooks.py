@@ -54,7 +54,7 @@ def test_data_and_schedule_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> Non
     batch = (min(dm.hparams["batch_size"], len(dm.train_set)), *dm.input_shape)
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb", {})
     assert _images(notebook) == 3  # sample grid, targets per split, LR curve: whatever the task
-    assert f"inputs: {batch} torch.float32" in _text(notebook)
+    assert f"inputs: {batch} {dm.input_dtype}" in _text(notebook)
     assert f"targets ({dm.target_kind}): {dm.target_names}" in _text(notebook)
 
 

@@ -111,19 +111,33 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(tmp_path: Path) 
     assert len(batches) == 6 and batches[0:2] == batches[2:4] == batches[4:6]
 
 
-def test_a_step_based_run_shorter_than_an_epoch_validates_at_its_last_step(tmp_path: Path) -> None:
-    """Language models train by steps: max_steps with max_epochs null and a validation every val_check_interval
-    batches. Lightning validates at epoch ends and at those intervals, not at max_steps: a run ending mid-epoch (20
-    batches per epoch here) must still validate its last step, so its best checkpoint and early stopping see it."""
+@pytest.mark.parametrize(
+    ("flags", "validated"),
+    [
+        # 20 batches per epoch; 7 steps: validations after steps 3, 6 and the last, 7 (the logger counts from 0).
+        (("--trainer.max_epochs=null", "--trainer.max_steps=7"), [2, 5, 6]),
+        # Validations counted in batches across epochs (check_val_every_n_epoch null): 2 epochs of 4 batches,
+        # validations after 3 and 6, and at the end of the last epoch, 8.
+        (("--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.check_val_every_n_epoch=null"),
+         [2, 5, 7]),
+    ],
+    ids=["max_steps-mid-epoch", "intervals-across-epochs"],
+)  # fmt: skip
+def test_a_step_based_run_validates_at_its_last_step(
+    flags: tuple[str, ...], validated: list[int], tmp_path: Path
+) -> None:
+    """Language models train by steps: a validation every val_check_interval batches, and max_steps with max_epochs
+    null, or validations counted across epochs. Lightning validates at epoch ends and at those intervals, neither at
+    max_steps mid-epoch nor, counting across epochs, at the end of the last epoch: the run must still validate its
+    last step, so its best checkpoint and early stopping see it."""
     import torch
     from conftest import fit, scalars
 
-    cli = fit(tmp_path, "--trainer.max_epochs=null", "--trainer.max_steps=7", "--trainer.val_check_interval=3",
-              "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")  # fmt: skip
+    cli = fit(tmp_path, *flags, "--trainer.val_check_interval=3", "--trainer.limit_val_batches=2",
+              "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")  # fmt: skip
     run = Path(cli.trainer.log_dir)
-    assert cli.trainer.global_step == 7 and cli.trainer.estimated_stepping_batches == 7  # the schedule's length
-    validated = [step for step, _ in scalars(run)["val/acc"]]
-    assert validated == [2, 5, 6]  # after optimizer steps 3, 6 and 7 (the logger counts from 0)
-    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert last["global_step"] == 7
+    steps = validated[-1] + 1
+    assert cli.trainer.global_step == steps and cli.trainer.estimated_stepping_batches == steps  # the schedule's
+    assert [step for step, _ in scalars(run)["val/acc"]] == validated
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == steps
     assert "test/acc" in cli.trainer.callback_metrics and cli.trainer.checkpoint_callback.best_model_path
