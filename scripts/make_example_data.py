@@ -2,7 +2,7 @@
 ``configs/tasks/*.yaml``:
 
     python scripts/make_example_data.py  # data/images/{circle,square,triangle}/*.png, data/{table,regression,tags}.csv,
-                                         # data/segmentation/{images,masks}/*.png + classes.txt
+                                         # data/lines.csv, data/segmentation/{images,masks}/*.png + classes.txt
 
 - images: RGB pictures of a circle, a square or a triangle of random size, position and colour on a noisy
   background, one subfolder per class (what ``ImageFolderDataModule`` reads);
@@ -12,6 +12,9 @@
   ``progression``, a real number from 25 to 346), for ``configs/tasks/regression.yaml``;
 - tags: 8 numeric features and 3 yes/no columns (``tag_a``, ``tag_b``, ``tag_c``), each a noisy linear rule of
   the features, for ``configs/tasks/multilabel.yaml``;
+- lines: lines of the Python standard library's own source, each labelled ``code``, ``comment`` (a ``#`` line,
+  without the ``#``) or ``docstring`` (the first line of a function's or class's docstring), 400 of each in random
+  order, as a CSV with the columns ``text`` and ``label``, for ``configs/tasks/text_classification.yaml``;
 - segmentation: 200 RGB pictures of 1 to 3 circles, squares and triangles on a noisy background, each with its
   mask of class indices (0 background, 1 circle, 2 square, 3 triangle) and ``classes.txt``, for
   ``configs/tasks/segmentation.yaml`` (what ``SegmentationFolderDataModule`` reads).
@@ -125,6 +128,41 @@ def write_tags(path: str | Path, rows: int = 600, seed: int = 0) -> Path:
     return path
 
 
+def write_lines(path: str | Path, per_class: int = 400, seed: int = 0) -> Path:
+    import ast
+    import random
+    import sysconfig
+
+    found: dict[str, list[str]] = {"code": [], "comment": [], "docstring": []}
+    for module in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        source = module.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and (doc := ast.get_docstring(node)):
+                found["docstring"].append(doc.strip().splitlines()[0])
+        for line in source.splitlines():
+            text = line.strip()
+            if text.startswith("#") and len(text) > 3:
+                found["comment"].append(text.lstrip("# "))  # without its mark: told from prose by its style
+            elif len(text) > 3 and not text.startswith(('"', "'")) and "=" in text:
+                found["code"].append(text)
+        if all(len(v) >= 5 * per_class for v in found.values()):
+            break
+    rng = random.Random(seed)
+    rows = [(text, label) for label, texts in found.items() for text in rng.sample(texts, per_class)]
+    rng.shuffle(rows)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    return path
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="folder to write images/, segmentation/ and the CSV files into")
@@ -135,4 +173,5 @@ if __name__ == "__main__":
     print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
     print(f"Wrote {write_diabetes(Path(args.out) / 'regression.csv')}")
     print(f"Wrote {write_tags(Path(args.out) / 'tags.csv')}")
+    print(f"Wrote {write_lines(Path(args.out) / 'lines.csv')}")
     print(f"Wrote {write_segmentation(Path(args.out) / 'segmentation', size=args.size)}/")

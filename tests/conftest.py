@@ -24,6 +24,7 @@ MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS,
 # What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes).
 PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
 LANGUAGE_MODEL = str(ROOT / "tests" / "configs" / "language_model.yaml")  # over DIGITS, --data.path=<text_corpus>
+TEXT_CLASSES = str(ROOT / "tests" / "configs" / "text_classification.yaml")  # over DIGITS, --data.path=<lines_csv>
 TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
@@ -135,6 +136,14 @@ def text_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "corpus.txt"
     path.write_text(text[:100_000])
     return path
+
+
+@pytest.fixture(scope="session")
+def lines_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 lines of the standard library's source, 100 each of code, comment and docstring (text, label)."""
+    from make_example_data import write_lines
+
+    return write_lines(tmp_path_factory.mktemp("data") / "lines.csv", per_class=100)
 
 
 def scratch_dir() -> Path:

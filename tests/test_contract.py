@@ -3,7 +3,8 @@
 it keeps them), and against a generated fixture for each shipped task: classification of an image folder
 ("images"), regression on a CSV table ("regression"), the README's one-file custom task, multi-label
 classification ("multilabel"), semantic segmentation of images with masks ("segmentation"), and a language
-model on a text corpus ("language_model": token ids in, a class per position, generation as its prediction).
+model on a text corpus ("language_model": token ids in, a class per position, generation as its prediction), and
+text classification ("text_classification": texts of different lengths, padded per batch).
 Nothing here knows which task it runs: each test reads what the task and the DataModule declare.
 
 Every run here is short (limits given as flags), so the suite stays cheap on any data; the longer, closed-form
@@ -28,6 +29,7 @@ from conftest import (
     REGRESSION,
     ROOT,
     SEGMENTATION,
+    TEXT_CLASSES,
     USER_DEFAULT,
     fit,
     run_module,
@@ -41,7 +43,7 @@ from project.engine.last_checkpoint import Interrupted
 from project.engine.task import IGNORE_INDEX, Task
 
 pytestmark = pytest.mark.slow
-SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation", "language_model")
+SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation", "language_model", "text_classification")
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
 
 
@@ -53,6 +55,7 @@ def subject(
     tags_csv: Path,
     segmentation_folder: Path,
     text_corpus: Path,
+    lines_csv: Path,
 ) -> tuple[str, ...]:
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
     return {
@@ -62,6 +65,7 @@ def subject(
         "multilabel": ("--config", DIGITS, "--config", MULTILABEL, f"--data.path={tags_csv}"),
         "segmentation": ("--config", DIGITS, "--config", SEGMENTATION, f"--data.root={segmentation_folder}"),
         "language_model": ("--config", DIGITS, "--config", LANGUAGE_MODEL, f"--data.path={text_corpus}"),
+        "text_classification": ("--config", DIGITS, "--config", TEXT_CLASSES, f"--data.path={lines_csv}"),
     }[request.param]
 
 
@@ -106,7 +110,11 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
     assert task.target_names == names
     dm.setup("fit")
     x, y = dm.train_set[0]
-    assert x.shape == dm.input_shape and x.dtype == dm.input_dtype in (torch.float32, torch.int64)
+    assert x.dtype == dm.input_dtype in (torch.float32, torch.int64)
+    if dm.collate_fn is None:
+        assert x.shape == dm.input_shape
+    else:  # samples of different lengths, at most the declared one, padded per batch
+        assert x.ndim == len(dm.input_shape) == 1 and 1 <= len(x) <= dm.input_shape[0]
     tokens = not dm.input_dtype.is_floating_point
     if tokens:  # token ids of the declared vocabulary, never normalised
         assert dm.vocabulary and ((x >= 0) & (x < len(dm.vocabulary))).all() and dm.normalization is None
@@ -453,6 +461,8 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
     assert metadata["output"] == json.loads(json.dumps(task.output_description()))
     sequences = not dm.input_dtype.is_floating_point
+    if dm.vocabulary:  # the tokenizer travels with the run: its vocabulary in the run directory, as plain JSON
+        assert json.loads((run / "tokenizer.json").read_text())["vocabulary"] == dm.vocabulary
     assert metadata["input"]["shape"] == ["batch", *(["sequence"] if sequences else dm.input_shape)]
     assert metadata["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
     assert metadata["input"].get("features") == dm.input_names  # a table's columns, in the order to feed them
@@ -464,10 +474,12 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     with torch.inference_mode():
         expected = task.output_head()(outputs)
     got = torch.from_numpy(session.run(None, {"inputs": inputs.numpy()})[0])
-    if sequences:  # any prompt length up to the block: a causal model's outputs on a prefix are the block's
-        for n in (1, 7, dm.input_shape[0]):
+    if sequences:  # any length up to the declared one (a prompt, a text): the model's outputs on those ids
+        for n in (1, 7, inputs.shape[1]):
             prefix = torch.from_numpy(session.run(None, {"inputs": inputs[:5, :n].numpy()})[0])
-            torch.testing.assert_close(prefix, expected[:5, :n], rtol=0, atol=1e-4 * max(1.0, expected.abs().max()))
+            with torch.inference_mode():
+                want = task.output_head()(task.eval()(inputs[:5, :n]))
+            torch.testing.assert_close(prefix, want, rtol=0, atol=1e-4 * max(1.0, expected.abs().max()))
     # float32 end to end: ~1e-7 relative per op; 1e-4 of the outputs' scale (their largest magnitude, at least 1)
     # leaves a wide margin whatever the units (logits of order 1-10, or values of order 1e4).
     scale = max(1.0, expected.abs().max().item())

@@ -4,10 +4,12 @@ a new file and select it with ``data.class_path`` in the config."""
 
 from project.data.digits import DigitsDataModule
 from project.data.images import ImageFolderDataModule
+from project.data.labelled_text import LabelledTextDataModule
 from project.data.segmentation import SegmentationFolderDataModule
 from project.data.table import CSVDataModule
 from project.data.text import TextDataModule
 
 __all__ = [
-    "CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "SegmentationFolderDataModule", "TextDataModule",
+    "CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "LabelledTextDataModule",
+    "SegmentationFolderDataModule", "TextDataModule",
 ]  # fmt: skip

@@ -203,6 +203,12 @@ class TextDataModule(DataModule):
             self.predict_names = [decode(p.tolist(), VOCABULARY) for p in prompts]
         return DataLoader(self.predict_set, batch_size=1)  # prompts differ in length: one at a time
 
+    def run_files(self) -> dict[str, str]:
+        """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), as plain JSON."""
+        special = {"<|endoftext|>": END_OF_TEXT}
+        tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": special, "vocabulary": self.vocabulary}
+        return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
+
     def show(self, sample: Tensor, ax: Any) -> None:
         ax.text(0.0, 1.0, decode(sample.tolist(), VOCABULARY), va="top", family="monospace", fontsize=7, wrap=True)
         ax.set_axis_off()

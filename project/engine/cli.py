@@ -77,7 +77,7 @@ class SaveConfig(SaveConfigCallback):
 
 def _written_at_start(name: str) -> bool:
     return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name in (
-        "provenance.json", "config.yaml", "hparams.yaml", "trackers.json",
+        "provenance.json", "config.yaml", "hparams.yaml", "trackers.json", "tokenizer.json",
     )  # fmt: skip
 
 
@@ -293,6 +293,11 @@ class CLI(LightningCLI):
         if self.trainer.is_global_zero:
             write_layout(self.trainer.logger, self.model)
         if self.trainer.is_global_zero and self.trainer.log_dir:
+            # What the DataModule says a run needs beside its checkpoint to read new inputs (a tokenizer.json).
+            for name, text in self.datamodule.run_files().items():
+                path = Path(self.trainer.log_dir) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
             print(f"Run directory: {self.trainer.log_dir}  (resolved config: {self.trainer.log_dir}/config.yaml)")
 
     def after_fit(self) -> None:

@@ -180,6 +180,11 @@ class DataModule(L.LightningDataModule):
             raise ConfigError(f"data.predict_path={str(path)!r}: expected a .npy file of N x {self.input_shape}.")
         return self.check_predict_inputs(path, np.load(path, allow_pickle=False))
 
+    def run_files(self) -> dict[str, str]:
+        """Files (name: text) written into a run's directory when ``fit`` starts: what reading new inputs needs
+        beside the checkpoint, for tools outside this code (a tokenizer's ``tokenizer.json``). None by default."""
+        return {}
+
     def show(self, sample: Tensor, ax: Any) -> None:
         """Draws one raw sample on a matplotlib Axes: an image for (C, H, W) inputs, a bar per feature otherwise."""
         if sample.ndim == 3:
@@ -243,10 +248,13 @@ class DataModule(L.LightningDataModule):
         return dataset
 
     def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
-        """A whole split as (raw inputs, targets) stacked in memory, targets in their own dtype: for notebooks,
-        export and tests."""
+        """A whole split as (raw inputs, targets) stacked in memory (padded to the longest by ``collate_fn``, if any),
+        targets in their own dtype: for notebooks, export and tests."""
         dataset = self._split(split)
-        xs, ys = zip(*(dataset[i] for i in range(len(dataset))), strict=True)  # type: ignore[arg-type]
+        samples = [dataset[i] for i in range(len(dataset))]  # type: ignore[arg-type]
+        if self.collate_fn is not None:  # samples of different lengths, batched as the loaders batch them
+            return self.collate_fn(samples)
+        xs, ys = zip(*samples, strict=True)
         return torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])
 
     def split_targets(self, split: str) -> Tensor:

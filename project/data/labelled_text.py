@@ -1,0 +1,137 @@
+"""Text classification: a CSV (with a header) or a JSON Lines file with a text column and a label column, e.g.
+``configs/tasks/text_classification.yaml``. Classes are the label column's values, sorted (as ``CSVDataModule``
+sorts them).
+
+Tokens are bytes (256 ids) and ``<pad>`` (256): nothing to train or ship. A text longer than ``max_length`` bytes
+is truncated to its first ``max_length``; a batch is padded to its longest text with ``<pad>``, which the net masks
+out (``project.transformer.TextEncoder`` reads the padding from the pad id). ``predict`` reads a ``.txt`` file (a
+text per line) or a file like the training one (its text column).
+"""
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import Dataset
+
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
+
+PAD = 256
+VOCABULARY = [f"<0x{b:02X}>" for b in range(256)] + ["<pad>"]
+
+
+def pad_batch(samples: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+    """Texts padded with ``<pad>`` to the batch's longest; their labels stacked."""
+    texts, labels = zip(*samples, strict=True)
+    return nn.utils.rnn.pad_sequence(list(texts), batch_first=True, padding_value=PAD), torch.stack(list(labels))
+
+
+class _Texts(Dataset):
+    def __init__(self, ids: list[Tensor], labels: list[int]) -> None:
+        self.ids, self.labels = ids, labels
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.ids[index], torch.tensor(self.labels[index])
+
+
+def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
+    """The rows of a .csv (header) or .jsonl file, refused in one sentence naming ``key`` if the file is not one."""
+    if not path.is_file():
+        raise ConfigError(f"{key}={str(path)!r}: no such file.")
+    if path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ConfigError(f"{key}={str(path)!r}, line {number}: not JSON ({err.msg}).") from None
+        return rows
+    raise ConfigError(f"{key}={str(path)!r}: expected a .csv file with a header or a .jsonl file.")
+
+
+class LabelledTextDataModule(DataModule):
+    """Texts with a class each, split at random by ``split_seed``."""
+
+    input_dtype = torch.int64
+    collate_fn = staticmethod(pad_batch)
+
+    def __init__(
+        self,
+        path: str,
+        text: str = "text",
+        label: str = "label",
+        max_length: int = 256,
+        *,
+        normalize: bool = False,
+        **engine: Any,
+    ) -> None:
+        """
+        Args:
+            path: a .csv file (with a header) or a .jsonl file.
+            text: the column (key) holding the text.
+            label: the column (key) holding the class.
+            max_length: bytes kept of each text (its first ones).
+            normalize: must stay false (token ids are not standardised).
+            **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
+        """
+        super().__init__(normalize=normalize, **engine)
+        if max_length < 1:
+            raise ConfigError(f"data.max_length={max_length!r}: a text must keep at least one byte.")
+        self.vocabulary = list(VOCABULARY)
+        self.input_shape = (max_length,)
+        self._rows = read_rows(Path(path), "data.path")
+        for key, column in (("text", text), ("label", label)):
+            missing = next((i for i, row in enumerate(self._rows, 1) if column not in row), None)
+            if missing is not None or not self._rows:
+                raise ConfigError(f"data.{key}={column!r}: not a column of {path!r} (row {missing or 1}).")
+        self.target_names = sorted({str(row[label]) for row in self._rows})
+        if len(self.target_names) < 2:
+            raise ConfigError(f"data.label={label!r}: {path!r} holds one class only ({self.target_names}).")
+
+    def encode(self, text: str, where: str) -> Tensor:
+        if not text:  # a text of no token: nothing for the net to read (and its mean over no token is undefined)
+            raise ConfigError(f"{where}: an empty text; every text needs at least one character.")
+        return torch.tensor(list(text.encode("utf-8"))[: self.input_shape[0]], dtype=torch.int64)
+
+    def load_dataset(self) -> Dataset:
+        index = {name: i for i, name in enumerate(self.target_names)}
+        column, label = self.hparams["text"], self.hparams["label"]
+        path = self.hparams["path"]
+        ids = [self.encode(str(r[column]), f"data.path={path!r}, row {i}") for i, r in enumerate(self._rows, 1)]
+        return _Texts(ids, [index[str(r[label])] for r in self._rows])
+
+    def load_predict_inputs(self, path: Path) -> Dataset:  # type: ignore[override]
+        if path.suffix == ".txt" and path.is_file():
+            texts = path.read_text(encoding="utf-8").splitlines()
+        else:
+            rows = read_rows(path, "data.predict_path")
+            column = self.hparams["text"]
+            if any(column not in row for row in rows):
+                raise ConfigError(f"data.predict_path={str(path)!r}: a row has no {column!r} column.")
+            texts = [str(row[column]) for row in rows]
+        if not texts:
+            raise ConfigError(f"data.predict_path={str(path)!r} holds no text.")
+        self.predict_names = texts
+        where = f"data.predict_path={str(path)!r}"
+        return _Texts([self.encode(t, f"{where}, text {i}") for i, t in enumerate(texts, 1)], [-1] * len(texts))
+
+    def run_files(self) -> dict[str, str]:
+        """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), as plain JSON."""
+        tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": {"<pad>": PAD}, "vocabulary": self.vocabulary}
+        return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
+
+    def show(self, sample: Tensor, ax: Any) -> None:
+        text = bytes(i for i in sample.tolist() if i != PAD).decode("utf-8", errors="replace")
+        ax.text(0.0, 1.0, text[:200], va="top", family="monospace", fontsize=7, wrap=True)
+        ax.set_axis_off()
