@@ -162,6 +162,10 @@ MUTANTS = (
     Mutant("validation-at-the-end-of-interval-counted-runs", "project/engine/task.py",
            "            last_batch and last_epoch and trainer.check_val_every_n_epoch is None\n", "            False\n",
            ("tests/test_trainer_flags.py::test_a_step_based_run_validates_at_its_last_step",)),
+    Mutant("text-encoder-masks-padding", "project/text_encoder.py",
+           "            x = block(x, keep[:, None, None, :])", "            x = block(x)",
+           ("tests/test_contract.py::test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs"
+            "[text_classification]",)),
     Mutant("throughput-counts-tokens-not-padding", "project/engine/monitor.py",
            "(batch[1] != IGNORE_INDEX).sum()", "(batch[1] > -1000).sum()",
            ("tests/test_tokens.py::test_throughput_is_counted_in_tokens_and_flops",)),
