@@ -213,6 +213,17 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
     assert len(log.splitlines()) < 120 and "\r" not in log  # no redraw spam
 
 
+def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(tmp_path: Path) -> None:
+    """A step-based run (validations every N batches) may never end an epoch: one line per validation instead."""
+    steps = ("--trainer.max_epochs=null", "--trainer.max_steps=7", "--trainer.val_check_interval=3")
+    short = ("--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2")
+    result = run_module("fit", "--config", DIGITS, *steps, *short, f"--trainer.logger.init_args.save_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    for step in (3, 6, 7):
+        assert f"step {step}: val/loss=" in log
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (host syncs only exist with a device)")

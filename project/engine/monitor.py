@@ -133,6 +133,17 @@ class TrainingMonitor(L.Callback):
             )
         self._reset_window(now)
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A run validated by steps (val_check_interval in batches, as language models are) may never end an epoch:
+        # without a terminal, a line per validation then shows it progressing.
+        by_steps = trainer.check_val_every_n_epoch is None or trainer.val_check_interval != 1.0
+        if trainer.sanity_checking or not by_steps or sys.stdout.isatty():
+            return
+        metrics = trainer.callback_metrics
+        judged = getattr(pl_module, "monitor", "val/loss")
+        shown = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in dict.fromkeys(("val/loss", judged)) if k in metrics)
+        rank_zero_info(f"step {trainer.global_step}: {shown}  ({time.perf_counter() - self._epoch_start:.1f} s)")
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if pl_module.device.type == "cuda":
             peak = {"train/peak_gpu_mem_mb": torch.cuda.max_memory_allocated(pl_module.device) / 2**20}

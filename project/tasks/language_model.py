@@ -62,6 +62,23 @@ class LanguageModel(Task):
         if all(name.startswith("<0x") for name in self.target_names[:256]):  # a byte-level vocabulary
             self.log(f"{stage}/bpb", loss / math.log(2))
 
+    def on_test_end(self) -> None:
+        # What the scores mean to a reader: one continuation of a test prompt, sampled as predict samples.
+        datamodule = getattr(self.trainer, "datamodule", None)
+        test = getattr(datamodule, "test_set", None)
+        if not self.trainer.is_global_zero or test is None or len(test) == 0:
+            return
+        from project.data.text import decode
+
+        prompt = test[0][0][: max(1, len(test[0][0]) // 2)][None].to(self.device)
+        was_training = self.training
+        self.eval()
+        generated = self.generate(prompt, torch.Generator(device=self.device).manual_seed(self.seed))
+        self.train(was_training)
+        given, new = (decode(ids[0].tolist(), self.target_names) for ids in (prompt, generated))
+        print(f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):\n"
+              f"{given!r} -> {new!r}", flush=True)  # fmt: skip
+
     # ---- predict: generation ----------------------------------------------------------------------------------
 
     @torch.no_grad()
