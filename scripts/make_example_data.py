@@ -145,8 +145,8 @@ def write_lines(path: str | Path, per_class: int = 400, seed: int = 0) -> Path:
                 found["docstring"].append(doc.strip().splitlines()[0])
         for line in source.splitlines():
             text = line.strip()
-            if text.startswith("#") and len(text) > 3:
-                found["comment"].append(text.lstrip("# "))  # without its mark: told from prose by its style
+            if text.startswith("#") and len(text.lstrip("#! ")) > 3:
+                found["comment"].append(text.lstrip("#! "))  # without its mark: told from prose by its style
             elif len(text) > 3 and not text.startswith(('"', "'")) and "=" in text:
                 found["code"].append(text)
         if all(len(v) >= 5 * per_class for v in found.values()):
