@@ -6,12 +6,14 @@
 #        scripts/gpu_check.sh --cpu    every command of it, tiny and on the CPU: `make test` runs this, so a renamed
 #                                      flag, workload or config fails a test here rather than on your first GPU.
 # GPU_CHECK_OUT (default benchmarks/results) and GPU_CHECK_LOGS (default logs) say where it writes; PYTHON_BIN which
-# interpreter runs it (default .venv/bin/python).
+# interpreter runs it (default .venv/bin/python); GPU_CHECK_CONFIG the run it measures (default configs/default.yaml;
+# the tests pin their own, so that a default of yours changes none of them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON_BIN:-.venv/bin/python}
 OUT=${GPU_CHECK_OUT:-benchmarks/results}
 LOGS=${GPU_CHECK_LOGS:-logs}
+CONFIG=${GPU_CHECK_CONFIG:-configs/default.yaml}
 if [ "${1:-}" = "--cpu" ]; then
     bench=(--repeats 1 --epochs 2 --checkpoint-mb 0 --parts --workloads default)  # no decomposition: minutes here
     fit=(--trainer.accelerator=cpu --trainer.max_epochs=1 --trainer.limit_train_batches=3 --trainer.limit_val_batches=2
@@ -24,13 +26,13 @@ else
     compiled=true
 fi
 "$PY" -m pytest -m gpu -ra -q -p no:cacheprovider
-"$PY" benchmarks/bench.py "${bench[@]}" --out "$OUT"
+"$PY" benchmarks/bench.py "${bench[@]}" --config "$CONFIG" --out "$OUT"
 # fp32 vs bf16-mixed, compile off vs on: step time of the template (and its data-wait curve in TensorBoard).
 for extra in "--trainer.precision=32-true" "--trainer.precision=bf16-mixed" \
              "--trainer.precision=bf16-mixed --model.compile=$compiled"; do
     echo "== $extra"
     # shellcheck disable=SC2086
-    "$PY" -m project fit --config configs/default.yaml --config configs/gpu.yaml "${fit[@]}" --model.compile=false \
+    "$PY" -m project fit --config "$CONFIG" --config configs/gpu.yaml "${fit[@]}" --model.compile=false \
         $extra --trainer.logger.init_args.save_dir="$LOGS" --trainer.logger.init_args.name=gpu-check 2>&1 \
         | grep -E "Test of|^epoch [0-9]+:"
 done

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from project.engine.errors import ConfigError
@@ -76,8 +77,9 @@ class LanguageModel(Task):
         generated = self.generate(prompt, torch.Generator(device=self.device).manual_seed(self.seed))
         self.train(was_training)
         given, new = (decode(ids[0].tolist(), self.target_names) for ids in (prompt, generated))
-        print(f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):\n"
-              f"{given!r} -> {new!r}", flush=True)  # fmt: skip
+        # Through Lightning's logger, not print: the progress bar's live display redraws what is printed meanwhile.
+        rank_zero_info(f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):"
+                       f" {given!r} -> {new!r}")  # fmt: skip
 
     # ---- predict: generation ----------------------------------------------------------------------------------
 
