@@ -34,6 +34,7 @@ class Mutant(NamedTuple):
 TOKENS_ACCUMULATION = (
     "tests/test_tokens.py::test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_closed_form"
 )
+PORTABLE_RUN = "tests/test_contract.py::test_a_copied_run_predicts_and_exports_without_its_training_data"
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -173,6 +174,12 @@ MUTANTS = (
            "        if not self.input_dtype.is_floating_point:\n            return None",
            "        if False:\n            return None",
            (TOKENS_ACCUMULATION,)),  # the fixture keeps the engine's default, normalize=true
+    Mutant("predict-reads-no-training-data", "project/engine/cli.py",
+           'with restoring(getattr(self, "_learned", None)):', "with restoring(None):",
+           (f"{PORTABLE_RUN}[regression]",)),
+    Mutant("export-reads-no-training-data", "project/engine/runs.py",
+           "with restoring(None if read_data else learned_in(saved)):", "with restoring(None):",
+           (f"{PORTABLE_RUN}[images]",)),
 )  # fmt: skip
 
 

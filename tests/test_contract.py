@@ -14,6 +14,7 @@ versions of each guarantee run on digits in the other test files.
 import csv
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -406,14 +407,7 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
         (_, test_value), *_ = logged[f"test/{name}"]
         assert float(value) == pytest.approx(test_value, rel=1e-5, abs=1e-6), name
     # The same inputs given as a file (raw units, as the DataModule decodes them) get the same predictions.
-    inputs, _ = dm.split_tensors("test")
-    given = run / "test_inputs.npy"
-    if dm.input_dtype.is_floating_point:
-        np.save(given, inputs[:20].numpy())
-    else:  # texts: a line each, the bytes of each input
-        given = run / "test_inputs.txt"
-        texts = [bytes(t for t in x.tolist() if dm.vocabulary[t].startswith("<0x")).decode() for x in inputs[:20]]
-        given.write_text("\n".join(texts))
+    given = _test_inputs_file(dm, run)
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
           f"--data.predict_path={given}"])  # fmt: skip
     with open(run / "predictions.csv") as f:
@@ -422,6 +416,49 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
         assert got == rows[1:21]
     else:  # the file's rows name their input (the text): the task's columns are the same
         assert [r[:1] + r[2:] for r in got] == rows[1:21]
+
+
+def _test_inputs_file(dm: DataModule, folder: Path) -> Path:
+    """The first 20 test inputs as a file predict reads: a .npy array in raw units, or texts, a line each."""
+    inputs, _ = dm.split_tensors("test", 20)
+    if dm.input_dtype.is_floating_point:
+        np.save(folder / "test_inputs.npy", inputs.numpy())
+        return folder / "test_inputs.npy"
+    texts = [bytes(t for t in x.tolist() if dm.vocabulary[t].startswith("<0x")).decode() for x in inputs]
+    (folder / "test_inputs.txt").write_text("\n".join(texts))
+    return folder / "test_inputs.txt"
+
+
+def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tuple[Path, CLI], tmp_path: Path) -> None:
+    """The run directory is all a model needs: copied elsewhere while its training data is gone (as on another
+    machine), predict on files writes the same bytes and export checks the same parity, from what the checkpoint
+    keeps."""
+    from project.engine.export import export
+
+    run, cli = trained
+    given = _test_inputs_file(cli.datamodule, tmp_path)
+    given_on_the_command_line = [f"--data.predict_path={given}"]
+    if hasattr(cli.model, "generate"):
+        given_on_the_command_line += ["--model.temperature=0", "--model.max_new_tokens=4"]
+    best = Path("checkpoints") / "best.ckpt"
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / best}", *given_on_the_command_line])
+    here = export(run / best)
+    copy = tmp_path / "elsewhere" / run.name
+    shutil.copytree(run, copy)
+    # The fixture's data, moved away for the length of this test (a user's data in the repository is left alone).
+    data = [Path(v) for k, v in cli.datamodule.hparams.items() if k in ("path", "root") and v]
+    gone = [(d, tmp_path / f"gone-{i}") for i, d in enumerate(data) if ROOT not in d.resolve().parents]
+    for place, away in gone:
+        place.rename(away)
+    try:
+        main(["predict", "--config", str(copy / "config.yaml"), f"--ckpt_path={copy / best}",
+              *given_on_the_command_line])  # fmt: skip
+        there = export(copy / best)
+    finally:
+        for place, away in gone:
+            away.rename(place)
+    assert (copy / "predictions.csv").read_bytes() == (run / "predictions.csv").read_bytes()
+    assert there["parity"] == here["parity"] and there["input"] == here["input"]
 
 
 def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(

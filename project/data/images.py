@@ -98,6 +98,8 @@ class ImageFolderDataModule(DataModule):
         self.size: tuple[int, int] = (image_size, image_size) if isinstance(image_size, int) else image_size
         if min(self.size) < 1:
             raise ConfigError(f"data.image_size={image_size!r}: must be >= 1 pixel.")
+        if self.restored():  # the class names from the checkpoint: the folder is not read
+            return
         folder = Path(root)
         if not folder.is_dir():
             raise ConfigError(f"data.root={root!r}: no such folder (expected one subfolder per class).")

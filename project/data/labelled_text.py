@@ -90,6 +90,8 @@ class LabelledTextDataModule(DataModule):
             raise ConfigError(f"data.max_length={max_length!r}: a text must keep at least one byte.")
         self.vocabulary = list(VOCABULARY)
         self.input_shape = (max_length,)
+        if self.restored():  # the class names from the checkpoint: the file is not read
+            return
         self._rows = read_rows(Path(path), "data.path")
         for key, column in (("text", text), ("label", label)):
             missing = next((i for i, row in enumerate(self._rows, 1) if column not in row), None)

@@ -97,6 +97,10 @@ class SegmentationFolderDataModule(DataModule):
         self.size: tuple[int, int] = (image_size, image_size) if isinstance(image_size, int) else image_size
         if min(self.size) < 1:
             raise ConfigError(f"data.image_size={image_size!r}: must be >= 1 pixel.")
+        self.ignore_index = ignore_index  # the task checks that it ignores the same value
+        self.predict_sizes: list[tuple[int, int]] | None = None
+        if self.restored():  # the class names from the checkpoint: no image or mask is read
+            return
         folder = Path(root)
         images_dir, masks_dir = folder / "images", folder / "masks"
         if not images_dir.is_dir() or not masks_dir.is_dir():
@@ -150,8 +154,6 @@ class SegmentationFolderDataModule(DataModule):
                 f"data.root={root!r}: the masks hold {len(self.target_names)} class(es); at least 2 are needed."
             )
         self.input_shape = (1 if grayscale else 3, *self.size)
-        self.ignore_index = ignore_index  # the task checks that it ignores the same value
-        self.predict_sizes: list[tuple[int, int]] | None = None
 
     def load_dataset(self) -> Dataset:
         return SegmentationFiles(self.pairs, self.size, self.hparams["grayscale"])

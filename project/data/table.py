@@ -65,6 +65,8 @@ def numeric_columns(path: Path, key: str, header: list[str], body: list[list[str
 class CSVDataModule(DataModule):
     """Rows of a CSV file, split train/val/test by ``split_seed``."""
 
+    learned = (*DataModule.learned, "features")
+
     def __init__(
         self,
         path: str,
@@ -84,6 +86,8 @@ class CSVDataModule(DataModule):
         """
         super().__init__(**engine)
         self.path = Path(path)
+        if self.restored():  # the columns and class names from the checkpoint: the file is not read
+            return
         header, body = read_table(self.path, "data.path")
         targets = [target] if isinstance(target, str) else list(target)
         unknown_targets = [t for t in targets if t not in header]

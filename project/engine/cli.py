@@ -33,7 +33,7 @@ from project.engine.checkpoints import (
     load_checkpoint,
 )
 from project.engine.dashboard import write_layout
-from project.engine.datamodule import DataModule
+from project.engine.datamodule import DataModule, learned_in, restoring
 from project.engine.errors import ConfigError, cause_of, config_error_in
 from project.engine.last_checkpoint import Interrupted, LastCheckpoint, LoaderWorkerDied
 from project.engine.predict import CSVPredictionWriter
@@ -154,6 +154,9 @@ class CLI(LightningCLI):
         if not ckpt_path or str(ckpt_path) in _SPECIAL_CKPT_PATHS:
             return super()._parse_ckpt_path()
         checkpoint = load_checkpoint(ckpt_path)
+        if subcommand == "predict" and self.config.predict.data.init_args.get("predict_path"):
+            # New inputs need only what the data taught, which the checkpoint keeps: the training data is not read.
+            self._learned = learned_in(checkpoint)
         before = flatten(self.config[subcommand].model.as_dict(), "model")
         super()._parse_ckpt_path()
         after = flatten(self.config[subcommand].model.as_dict(), "model")
@@ -249,7 +252,8 @@ class CLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         try:
-            super().instantiate_classes()
+            with restoring(getattr(self, "_learned", None)):
+                super().instantiate_classes()
         except ValueError as err:  # jsonargparse wraps what a subclass-mode DataModule raised: our error, unwrapped
             raise (config_error_in(err) or err) from None
 

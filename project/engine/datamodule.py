@@ -25,11 +25,19 @@ deviation per channel (per feature for tables) are computed on the training spli
 (plain lists of floats, so a checkpoint still loads with ``weights_only=True``), and applied to every batch after it
 reaches the device. Datasets, and ``load_predict_inputs``, stay in raw units; ``export`` builds the normalisation into
 the exported model.
+
+A run is portable: what the DataModule learned from the training data that reading new inputs needs (the
+attributes ``learned`` names: the class names, the shapes, a table's columns, a tokenizer) is kept in the checkpoint
+as plain data, with a few test inputs (``EXAMPLES``) for export's parity check. ``predict`` on files and ``export``
+rebuild the DataModule from them (``restored()`` is then true, and the subclass's ``__init__`` reads nothing of the
+training data), so a run directory copied to a machine without that data still predicts and exports the same.
 """
 
 import math
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +52,29 @@ from project.engine.resumable import ResumableDataLoader, ResumableSampler
 
 # At most this many training samples (a seeded random subset) are read to compute the normalisation.
 NORMALIZATION_SAMPLES = 10_000
+# The first this many test inputs travel in the checkpoint: export checks its parity on them, data or no data.
+EXAMPLES = 32
+
+# The learned attributes of the DataModule being rebuilt from a checkpoint (``restoring``); None otherwise.
+_RESTORING: ContextVar[dict[str, Any] | None] = ContextVar("restoring", default=None)
+
+
+@contextmanager
+def restoring(learned: dict[str, Any] | None) -> Iterator[None]:
+    """DataModules built inside take their ``learned`` attributes from ``learned`` (a checkpoint's) instead of the
+    training data; with None, nothing changes."""
+    token = _RESTORING.set(learned)
+    try:
+        yield
+    finally:
+        _RESTORING.reset(token)
+
+
+def learned_in(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The learned attributes a checkpoint keeps for its DataModule (None for a run trained before they were)."""
+    class_path = (checkpoint.get("datamodule_hyper_parameters") or {}).get("_class_path", "")
+    state = checkpoint.get(class_path.rpartition(".")[2]) or {}  # Lightning keys it by the class's __qualname__
+    return state.get("learned") if isinstance(state, dict) else None
 
 
 class UnpaddedDistributedSampler(DistributedSampler):
@@ -86,6 +117,9 @@ class DataModule(L.LightningDataModule):
     input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
     vocabulary: list[str] | None = None  # token inputs: what each id is
     collate_fn: Any = None  # how samples become a batch (None: torch's default, stacking same-shaped samples)
+    # What reading new inputs needs that the training data taught (plain data: lists, strings, numbers, tuples):
+    # kept in the checkpoint; a subclass adds what it learns (a table's categories, a tokenizer).
+    learned: tuple[str, ...] = ("target_kind", "target_names", "input_shape", "input_names", "vocabulary")
 
     def __init__(
         self,
@@ -149,6 +183,18 @@ class DataModule(L.LightningDataModule):
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         self.predict_set: Dataset | None = None
+        self._examples: Tensor | None = None
+        self._restored = _RESTORING.get()
+
+    def restored(self) -> bool:
+        """True when this DataModule is rebuilt from a checkpoint to read new inputs (``predict`` on files,
+        ``export``): its ``learned`` attributes are then set from the checkpoint, here, and a subclass's ``__init__``
+        must read nothing of the training data (which may not be on this machine)."""
+        if self._restored is None:
+            return False
+        for name, value in self._restored.items():
+            setattr(self, name, value)
+        return True
 
     # ---- what a subclass provides -------------------------------------------------------------------------------
 
@@ -247,11 +293,12 @@ class DataModule(L.LightningDataModule):
         assert dataset is not None
         return dataset
 
-    def split_tensors(self, split: str) -> tuple[Tensor, Tensor]:
-        """A whole split as (raw inputs, targets) stacked in memory (padded to the longest by ``collate_fn``, if any),
-        targets in their own dtype: for notebooks, export and tests."""
+    def split_tensors(self, split: str, limit: int | None = None) -> tuple[Tensor, Tensor]:
+        """A whole split (or its first ``limit`` samples) as (raw inputs, targets) stacked in memory (padded to the
+        longest by ``collate_fn``, if any), targets in their own dtype: for notebooks, export and tests."""
         dataset = self._split(split)
-        samples = [dataset[i] for i in range(len(dataset))]  # type: ignore[arg-type]
+        count = len(dataset) if limit is None else min(limit, len(dataset))  # type: ignore[arg-type]
+        samples = [dataset[i] for i in range(count)]
         if self.collate_fn is not None:  # samples of different lengths, batched as the loaders batch them
             return self.collate_fn(samples)
         xs, ys = zip(*samples, strict=True)
@@ -384,7 +431,11 @@ class DataModule(L.LightningDataModule):
     # loader was built early, as configure_optimizers does by reading estimated_stepping_batches. The
     # normalisation travels the same way, so test/predict/export of a checkpoint use the statistics it trained with.
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"normalization": self.normalization}
+        state: dict[str, Any] = {
+            "normalization": self.normalization,
+            "learned": {name: getattr(self, name) for name in self.learned},
+            "examples": self.examples(),
+        }
         if self._train_loader is not None:
             state["train_loader"] = self._train_loader.state_dict()
         return state
@@ -393,6 +444,14 @@ class DataModule(L.LightningDataModule):
         self._train_loader_state = state.get("train_loader")
         if state.get("normalization") is not None:
             self._normalization, self._norm_tensors = state["normalization"], None
+        if state.get("examples") is not None:
+            self._examples = state["examples"]
+
+    def examples(self) -> Tensor:
+        """The first ``EXAMPLES`` test inputs, raw (the checkpoint's, when it was restored from one)."""
+        if self._examples is None:
+            self._examples = self.split_tensors("test", EXAMPLES)[0]
+        return self._examples
 
     def _eval_loader(self, dataset: Dataset | None) -> DataLoader:
         assert dataset is not None, "call setup() first"

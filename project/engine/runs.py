@@ -29,12 +29,14 @@ def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
 
 
-def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
+def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
     """(task in eval mode on the CPU, DataModule with the run's settings and normalisation) from a checkpoint
-    written by ``fit``, whatever task and DataModule it trained. Read with ``weights_only=True``; a ``ConfigError``
-    in one sentence if the file is missing, truncated, unsafe, or not from this project's CLI."""
+    written by ``fit``, whatever task and DataModule it trained. With ``read_data=False`` the DataModule is rebuilt
+    from what the checkpoint keeps (its learned attributes and examples) and reads none of the training data, which
+    need not be on this machine. Read with ``weights_only=True``; a ``ConfigError`` in one sentence if the file is
+    missing, truncated, unsafe, or not from this project's CLI."""
     from project.engine.checkpoints import load_checkpoint
-    from project.engine.datamodule import DataModule
+    from project.engine.datamodule import DataModule, learned_in, restoring
     from project.engine.errors import ConfigError, config_error_in
     from project.engine.task import Task
 
@@ -58,7 +60,8 @@ def load_run(checkpoint: str | Path) -> tuple[Any, Any]:
         classes.append(found)
     task_class, data_class = classes
     try:
-        data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
+        with restoring(None if read_data else learned_in(saved)):
+            data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
     except ValueError as err:  # e.g. the data moved since training: data.root='...': no such folder
         raise (config_error_in(err) or err) from None
     model = task_class.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
