@@ -35,6 +35,9 @@ TOKENS_ACCUMULATION = (
     "tests/test_tokens.py::test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_closed_form"
 )
 PORTABLE_RUN = "tests/test_contract.py::test_a_copied_run_predicts_and_exports_without_its_training_data"
+TABLE_ENCODING = (
+    "tests/test_datamodules.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
+)
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -180,6 +183,12 @@ MUTANTS = (
     Mutant("export-reads-no-training-data", "project/engine/runs.py",
            "with restoring(None if read_data else learned_in(saved)):", "with restoring(None):",
            (f"{PORTABLE_RUN}[images]",)),
+    Mutant("table-categories-from-the-training-split", "project/data/table.py",
+           "seen = sorted({cells[i] or MISSING for i in train})", "seen = sorted({c or MISSING for c in cells})",
+           (TABLE_ENCODING,)),
+    Mutant("table-imputation-from-the-training-split", "project/data/table.py",
+           'missing_ok=missing == "impute")[train]', 'missing_ok=missing == "impute")',
+           (TABLE_ENCODING,)),
 )  # fmt: skip
 
 

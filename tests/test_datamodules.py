@@ -118,10 +118,72 @@ def test_integer_labels_sort_numerically_and_predict_reads_columns_by_name(tmp_p
     assert dm.load_predict_inputs(rows).tolist() == [[5.0, -5.0], [7.0, -7.0]]
 
 
+def _churn_table(rare: int, rows: int = 60) -> dict[str, list]:
+    """A table with two category columns and holes in a numeric one (every 7th row), with a category only in row
+    ``rare``."""
+    return {
+        "plan": [["basic", "plus", "pro"][i % 3] if i != rare else "rare" for i in range(rows)],
+        "contract": [["monthly", "yearly"][i % 2] for i in range(rows)],
+        "income": [None if i % 7 == 3 else float(10 * i) for i in range(rows)],
+        "age": [20 + i % 30 for i in range(rows)],
+        "churn": [["no", "yes"][(i // 2) % 2] for i in range(rows)],
+    }
+
+
+def _write(folder: Path, columns: dict[str, list]) -> Path:
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    pa_csv.write_csv(pa.table(columns), folder / "first.csv")
+    return folder / "first.csv"
+
+
+def test_categories_and_missing_values_are_learned_from_the_training_split_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    train, val, _ = CSVDataModule(path=str(_write(tmp_path, _churn_table(-1))), target="churn").split_indices(60)
+    rare = val[0]  # the one row with the "rare" plan is a validation row: the category gets no input
+    columns = _churn_table(rare)
+    table = pa.table(columns)
+    pa_csv.write_csv(table, tmp_path / "churn.csv")
+    pq.write_table(table, tmp_path / "churn.parquet")
+    dm = CSVDataModule(path=str(tmp_path / "churn.csv"), target="churn")
+    assert dm.input_names == ["plan=basic", "plan=plus", "plan=pro", "contract=monthly", "contract=yearly",
+                              "income", "income_missing", "age"]  # fmt: skip
+    incomes = [columns["income"][i] for i in train if columns["income"][i] is not None]
+    fill = float(np.median(incomes))  # the median of the training rows' known values, and of nothing else
+    for i in (rare, 3, 11):
+        plan, contract, income = columns["plan"][i], columns["contract"][i], columns["income"][i]
+        want = [float(plan == p) for p in ("basic", "plus", "pro")] + [float(contract == "monthly"),
+                float(contract == "yearly"), fill if income is None else income, float(income is None),
+                columns["age"][i]]  # fmt: skip
+        assert dm.inputs[i].tolist() == pytest.approx(want), i
+    # The same table as Parquet: the same inputs, bit for bit, and the same classes.
+    parquet = CSVDataModule(path=str(tmp_path / "churn.parquet"), target="churn")
+    assert torch.equal(parquet.inputs, dm.inputs) and parquet.target_names == dm.target_names == ["no", "yes"]
+    assert torch.equal(parquet.targets, dm.targets)
+    # Predict: a category training never saw is none of the known ones (all zeros), counted in one line.
+    new = tmp_path / "new.csv"
+    new.write_text("age,plan,contract,income\n30,gold,monthly,\n40,pro,yearly,5\n")
+    got = dm.load_predict_inputs(new)
+    assert got.tolist() == [[0, 0, 0, 1, 0, fill, 1, 30], [0, 0, 1, 0, 1, 5, 0, 40]]
+    assert "1 of the 2 rows" in capsys.readouterr().out
+    new.write_text("age,plan,contract,income\n30,pro,monthly,lots\n")
+    with pytest.raises(ConfigError, match=re.escape("column 'income', row 2: 'lots' is not a number")):
+        dm.load_predict_inputs(new)
+    (tmp_path / "fake.parquet").write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match=re.escape("fake.parquet' is not a readable .parquet table")):
+        dm.load_predict_inputs(tmp_path / "fake.parquet")
+
+
 BAD_TABLES = {
     "missing-target": ("a,b\n1,2\n3,4\n", {"target": "label"}, "data.target='label': not column(s) of"),
     "not-a-number": ("a,b,label\n1,2,x\n3,oops,y\n", {"target": "label"}, "column 'b', row 3: 'oops' is not a number"),
-    "nan": ("a,b,label\n1,2,x\n3,,y\n", {"target": "label"}, "column 'b', row 3 is missing or not finite"),
+    "nan": ("a,b,label\n1,2,x\n3,,y\n", {"target": "label", "missing": "refuse"}, "column 'b', row 3 is missing"),
     "one-class": ("a,label\n1,x\n2,x\n", {"target": "label"}, "holds 1 class(es), at least 2 needed"),
     "ragged": ("a,b,label\n1,2,x\n3,y\n", {"target": "label"}, "row 3 has 2 values, the header 3"),
     "unknown-feature": ("a,b,label\n1,2,x\n3,4,y\n", {"target": "label", "features": ["c"]}, "['c'] cannot be"),
@@ -133,6 +195,14 @@ BAD_TABLES = {
         "holds 100 distinct integers in 100 rows",
     ),
     "class-with-two-targets": ("a,y,z\n1,x,u\n2,y,v\n", {"target": ["y", "z"]}, "classification takes one target"),
+    "id-column": (
+        "id,label\n" + "".join(f"c{i},{'xy'[i % 2]}\n" for i in range(200)),
+        {"target": "label"},
+        "column 'id' holds 140 categories in the training split, more than data.max_categories=50",
+    ),
+    "one-category": ("a,b,label\n" + "1,u,x\n2,u,y\n" * 5, {"target": "label"}, "column 'b' holds one category"),
+    "all-missing": ("a,b,label\n" + "1,,x\n2,,y\n" * 5, {"target": "label"}, "column 'b' is missing in every"),
+    "a-target-cell-empty": ("a,label\n" + "1,x\n2,\n3,y\n" * 3, {"target": "label"}, "row 3: the target is missing"),
     "value-not-a-number": ("a,y\n1,x\n2,y\n", {"target": "y", "target_type": "value"}, "column 'y', row 2: 'x'"),
 }
 

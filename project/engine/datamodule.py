@@ -212,11 +212,17 @@ class DataModule(L.LightningDataModule):
         """(train, val, test). By default a seeded random split of ``load_dataset()``; override it when your data
         comes already split."""
         dataset = self.load_dataset()
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.hparams["split_seed"]))  # type: ignore[arg-type]
-        n_val = math.ceil(len(order) * self.hparams["val_fraction"])
-        n_test = math.ceil(len(order) * self.hparams["test_fraction"])
+        train, val, test = self.split_indices(len(dataset))  # type: ignore[arg-type]
+        return Subset(dataset, train), Subset(dataset, val), Subset(dataset, test)
+
+    def split_indices(self, count: int) -> tuple[list[int], list[int], list[int]]:
+        """The sample indices of (train, val, test) that ``load_splits`` takes out of ``count`` samples: for a
+        DataModule that learns something from the training split before its samples exist (a table's categories)."""
+        order = torch.randperm(count, generator=torch.Generator().manual_seed(self.hparams["split_seed"]))
+        n_val = math.ceil(count * self.hparams["val_fraction"])
+        n_test = math.ceil(count * self.hparams["test_fraction"])
         val, test, train = order[:n_val], order[n_val : n_val + n_test], order[n_val + n_test :]
-        return Subset(dataset, train.tolist()), Subset(dataset, val.tolist()), Subset(dataset, test.tolist())
+        return train.tolist(), val.tolist(), test.tolist()
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         """The inputs in ``path`` for ``predict``, shaped (N, *input_shape), in the same raw units as the training
