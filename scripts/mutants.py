@@ -184,7 +184,7 @@ MUTANTS = (
            "with restoring(None if read_data else learned_in(saved)):", "with restoring(None):",
            (f"{PORTABLE_RUN}[images]",)),
     Mutant("table-categories-from-the-training-split", "project/data/table.py",
-           "seen = sorted({cells[i] or MISSING for i in train})", "seen = sorted({c or MISSING for c in cells})",
+           "pc.take(pc.fill_null(cells, MISSING), pa.array(train, pa.int64()))", "pc.fill_null(cells, MISSING)",
            (TABLE_ENCODING,)),
     Mutant("table-imputation-from-the-training-split", "project/data/table.py",
            'missing_ok=missing == "impute")[train]', 'missing_ok=missing == "impute")',

@@ -138,7 +138,23 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
 
 def _categories_of(table: Any, column: str) -> list[str | None]:
     """A column's cells as strings (None where missing)."""
-    return [None if v is None else str(v).strip() for v in _cells(table, column)]
+    return _category_array(table, column).to_pylist()
+
+
+def _category_array(table: Any, column: str) -> Any:
+    """A column's cells as stripped strings, null where missing or empty (in pyarrow: no Python loop per cell)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = pc.utf8_trim_whitespace(pc.cast(table.column(column), pa.string()))
+    return pc.if_else(pc.equal(array, ""), pa.scalar(None, pa.string()), array)
+
+
+def _first_missing(array: Any) -> int | None:
+    """The file row (the header is row 1) of the first missing cell, if any."""
+    import pyarrow.compute as pc
+
+    return int(np.flatnonzero(pc.is_null(array).to_numpy(zero_copy_only=False))[0]) + 2 if array.null_count else None
 
 
 def fit_encoding(
@@ -147,6 +163,7 @@ def fit_encoding(
 ) -> dict[str, Any]:  # fmt: skip
     """How each feature becomes inputs, learned from the training rows only: plain data (the checkpoint keeps it)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     encoding: dict[str, Any] = {"columns": []}
     for column in features:
@@ -157,12 +174,11 @@ def fit_encoding(
             if values and sum(map(_is_number, values)) >= len(values) / 2:  # numbers with stray strings: refused
                 _numbers(table, column, path, "data.path", missing_ok=True)
         if column in categorical or strings:
-            cells = _categories_of(table, column)
-            if missing == "refuse" and None in cells:
-                row = cells.index(None) + 2
-                raise ConfigError(f"data.path={str(path)!r}: column {column!r}, row {row} is missing "
-                                  "(data.missing=refuse).")  # fmt: skip
-            seen = sorted({cells[i] or MISSING for i in train})
+            cells = _category_array(table, column)
+            if missing == "refuse" and cells.null_count:
+                raise ConfigError(f"data.path={str(path)!r}: column {column!r}, row {_first_missing(cells)} is "
+                                  "missing (data.missing=refuse).")  # fmt: skip
+            seen = sorted(pc.unique(pc.take(pc.fill_null(cells, MISSING), pa.array(train, pa.int64()))).to_pylist())
             if len(seen) > max_categories:
                 raise ConfigError(
                     f"data.path={str(path)!r}: column {column!r} holds {len(seen)} categories in the training split, "
@@ -198,20 +214,23 @@ def input_names(encoding: dict[str, Any]) -> list[str]:
 def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int]:
     """The inputs (rows, len(input_names)) as float32, and the number of rows holding a category never seen in
     training (encoded as all zeros)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     parts, unknown = [], np.zeros(table.num_rows, dtype=bool)
     for c in encoding["columns"]:
         if c["name"] not in table.column_names:
             raise ConfigError(f"{key}={str(path)!r} lacks the feature column {c['name']!r}.")
         if "categories" in c:
-            index = {v: i for i, v in enumerate(c["categories"])}
-            cells = _categories_of(table, c["name"])
-            if missing == "refuse" and None in cells:
-                row = cells.index(None) + 2
-                raise ConfigError(f"{key}={str(path)!r}: column {c['name']!r}, row {row} is missing "
-                                  "(data.missing=refuse).")  # fmt: skip
-            codes = np.array([index.get(v or MISSING, -1) for v in cells])
+            cells = _category_array(table, c["name"])
+            if missing == "refuse" and cells.null_count:
+                raise ConfigError(f"{key}={str(path)!r}: column {c['name']!r}, row {_first_missing(cells)} is "
+                                  "missing (data.missing=refuse).")  # fmt: skip
+            known_values = pa.array(c["categories"], pa.string())
+            codes = pc.fill_null(pc.index_in(pc.fill_null(cells, MISSING), value_set=known_values), -1)
+            codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
             unknown |= codes < 0
-            onehot = np.zeros((table.num_rows, len(index)), dtype=np.float32)
+            onehot = np.zeros((table.num_rows, len(c["categories"])), dtype=np.float32)
             known = codes >= 0
             onehot[np.nonzero(known)[0], codes[known]] = 1.0
             parts.append(onehot)
