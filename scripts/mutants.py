@@ -38,6 +38,9 @@ PORTABLE_RUN = "tests/test_contract.py::test_a_copied_run_predicts_and_exports_w
 TABLE_ENCODING = (
     "tests/test_datamodules.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
 )
+CONFIGURED_MONITOR = (
+    "tests/test_tasks.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
+)
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -189,6 +192,12 @@ MUTANTS = (
     Mutant("table-imputation-from-the-training-split", "project/data/table.py",
            'missing_ok=missing == "impute")[train]', 'missing_ok=missing == "impute")',
            (TABLE_ENCODING,)),
+    Mutant("the-configs-monitor-judges-the-run", "project/engine/task.py",
+           'self.monitor, self.mode = monitor, "max" if directions[monitor] else "min"', "self.mode = self.mode",
+           (CONFIGURED_MONITOR,)),
+    Mutant("the-sweep-follows-the-configs-monitor", "project/engine/sweep/spec.py",
+           "judged_by, direction = built.monitor, built.mode", "pass",
+           (CONFIGURED_MONITOR,)),
 )  # fmt: skip
 
 

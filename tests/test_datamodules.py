@@ -171,7 +171,8 @@ def test_categories_and_missing_values_are_learned_from_the_training_split_alone
     new.write_text("age,plan,contract,income\n30,gold,monthly,\n40,pro,yearly,5\n")
     got = dm.load_predict_inputs(new)
     assert got.tolist() == [[0, 0, 0, 1, 0, fill, 1, 30], [0, 0, 1, 0, 1, 5, 0, 40]]
-    assert "1 of the 2 rows" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 of the 2 rows of" in out and "(plan: 'gold')" in out
     new.write_text("age,plan,contract,income\n30,pro,monthly,lots\n")
     with pytest.raises(ConfigError, match=re.escape("column 'income', row 2: 'lots' is not a number")):
         dm.load_predict_inputs(new)

@@ -146,3 +146,55 @@ def test_the_regressors_loss_is_its_closed_form_on_standardised_targets(kind: st
     expected = {"mse": [(0.25 + 0) / 2, (0 + 16) / 2], "huber": [(0.125 + 0) / 2, (0 + 3.5) / 2]}[kind]
     torch.testing.assert_close(task.loss(outputs, targets), torch.tensor(expected))
     assert task.prediction(outputs).tolist() == [[105.0, -3.0], [100.0, -3.0]]  # back in the targets' units
+
+
+def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_the_run() -> None:
+    """Each metric the Classifier offers equals scikit-learn's definition on the same scores (to float32 rounding:
+    1e-6); ``model.monitor`` names the one that judges the run, with its own direction."""
+    from sklearn import metrics as sk
+    from sklearn.preprocessing import label_binarize
+
+    from project.engine.errors import ConfigError
+    from project.tasks.classification import Classifier
+
+    names = ["acc", "balanced_acc", "macro_f1", "auroc", "average_precision"]
+    task = Classifier(net=torch.nn.Identity(), target_names=["a", "b", "c"], metrics=names, monitor="val/auroc")
+    assert (task.monitor, task.mode) == ("val/auroc", "max")
+    logits = torch.randn(200, 3, generator=torch.Generator().manual_seed(0))
+    targets = torch.multinomial(torch.tensor([0.7, 0.2, 0.1]), 200, True, generator=torch.Generator().manual_seed(1))
+    logits[targets == 0, 0] += 1.0  # a better-than-chance model of imbalanced classes...
+    logits[:, 0] += 1.5  # ...that favours the frequent class
+    task.update_metrics(task.val_metrics, logits, targets)
+    got = {k.removeprefix("val/"): float(v) for k, v in task.val_metrics.compute().items()}
+    y, predicted, probs = targets.numpy(), logits.argmax(1).numpy(), logits.softmax(1).numpy()
+    want = {
+        "acc": sk.accuracy_score(y, predicted),
+        "balanced_acc": sk.balanced_accuracy_score(y, predicted),
+        "macro_f1": sk.f1_score(y, predicted, average="macro"),
+        "auroc": sk.roc_auc_score(y, probs, multi_class="ovr", average="macro"),
+        "average_precision": sk.average_precision_score(label_binarize(y, classes=[0, 1, 2]), probs, average="macro"),
+    }
+    assert got == pytest.approx(want, abs=1e-6)
+    assert got["acc"] > 0.6 > got["balanced_acc"]  # what accuracy hides on imbalanced classes
+    assert Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/loss").mode == "min"
+    with pytest.raises(ConfigError, match=re.escape("model.monitor='val/f1': Classifier logs val/acc, val/loss")):
+        Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/f1")
+
+
+@pytest.mark.slow
+def test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric(tmp_path: Path) -> None:
+    from project.engine.sweep import spec as sweep_spec
+
+    chosen = ("--model.metrics=[acc,balanced_acc]", "--model.monitor=val/balanced_acc")
+    cli = fit(tmp_path, *chosen, *SHORT)
+    checkpoint, stopper = cli.trainer.checkpoint_callback, cli.trainer.early_stopping_callback
+    assert (checkpoint.monitor, checkpoint.mode, stopper.monitor, stopper.mode) == ("val/balanced_acc", "max") * 2
+    logged = [v for _, v in scalars(Path(cli.trainer.log_dir))["val/balanced_acc"]]
+    assert float(checkpoint.best_model_score) == pytest.approx(max(logged), rel=1e-6)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        f"configs: [{DIGITS}]\nargs: {json.dumps(chosen)}\nparams:\n  model.lr: {{low: 1.0e-3, high: 1.0e-2}}\n"
+    )
+    spec = sweep_spec.load(path)
+    sweep_spec.check_against_cli(spec)
+    assert (spec.metric, spec.direction) == ("val/balanced_acc", "maximize")

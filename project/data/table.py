@@ -183,7 +183,7 @@ def fit_encoding(
                 raise ConfigError(
                     f"data.path={str(path)!r}: column {column!r} holds {len(seen)} categories in the training split, "
                     f"more than data.max_categories={max_categories}: an ID or free text is no feature; leave it "
-                    "out of data.features (or raise data.max_categories)."
+                    f"out (data.exclude=[{column}], or list data.features), or raise data.max_categories."
                 )
             if len(seen) < 2 and len(train) > 1:
                 raise ConfigError(
@@ -211,13 +211,13 @@ def input_names(encoding: dict[str, Any]) -> list[str]:
     return names
 
 
-def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int]:
-    """The inputs (rows, len(input_names)) as float32, and the number of rows holding a category never seen in
-    training (encoded as all zeros)."""
+def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int, dict]:
+    """The inputs (rows, len(input_names)) as float32, the number of rows holding a category never seen in
+    training (encoded as all zeros), and those categories per column."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    parts, unknown = [], np.zeros(table.num_rows, dtype=bool)
+    parts, unknown, unseen = [], np.zeros(table.num_rows, dtype=bool), {}
     for c in encoding["columns"]:
         if c["name"] not in table.column_names:
             raise ConfigError(f"{key}={str(path)!r} lacks the feature column {c['name']!r}.")
@@ -230,6 +230,8 @@ def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: 
             codes = pc.fill_null(pc.index_in(pc.fill_null(cells, MISSING), value_set=known_values), -1)
             codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
             unknown |= codes < 0
+            if (codes < 0).any():
+                unseen[c["name"]] = sorted(set(pc.filter(cells, pc.equal(codes, -1)).to_pylist()) - {None})
             onehot = np.zeros((table.num_rows, len(c["categories"])), dtype=np.float32)
             known = codes >= 0
             onehot[np.nonzero(known)[0], codes[known]] = 1.0
@@ -241,19 +243,20 @@ def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: 
         if c["indicator"]:
             parts.append(holes[:, None].astype(np.float64))
     inputs = torch.from_numpy(np.concatenate(parts, axis=1).astype(np.float32))
-    return inputs, int(unknown.sum())
+    return inputs, int(unknown.sum()), unseen
 
 
 class CSVDataModule(DataModule):
     """Rows of a table file, split train/val/test by ``split_seed``."""
 
-    learned = (*DataModule.learned, "features", "encoding")
+    learned = (*DataModule.learned, "encoding")  # the raw columns are the encoding's
 
     def __init__(
         self,
         path: str,
         target: str | list[str],
         features: list[str] | None = None,
+        exclude: list[str] | None = None,
         target_type: Literal["class", "value"] = "class",
         categorical: list[str] | None = None,
         missing: Literal["impute", "refuse"] = "impute",
@@ -265,7 +268,8 @@ class CSVDataModule(DataModule):
             path: the table: .csv (header row first), .tsv, .parquet or .jsonl (one JSON object per row).
             target: the column holding each row's class (``target_type: class``), or the column(s) of real values
                 to predict (``target_type: value``).
-            features: the input columns, in this order; None = every column but the target(s).
+            features: the input columns, in this order; None = every column but the target(s) and ``exclude``.
+            exclude: columns that are no input (an ID, a date, a leak of the target), when ``features`` is None.
             target_type: ``class`` for a classification target, ``value`` for real-valued (regression) targets.
             categorical: columns of categories written as numbers (codes); columns of strings are categories anyway.
             missing: ``impute`` (training-split medians and a missing indicator, or a ``<missing>`` category) or
@@ -285,7 +289,10 @@ class CSVDataModule(DataModule):
             raise ConfigError(f"data.target={target!r}: not column(s) of {path!r}; its columns are {header}.")
         if target_type == "class" and len(targets) != 1:
             raise ConfigError(f"data.target={target!r}: classification takes one target column (target_type: class).")
-        self.features = list(features) if features is not None else [c for c in header if c not in targets]
+        left_out = [*targets, *(exclude or [])]
+        if any(c not in header for c in exclude or []):
+            raise ConfigError(f"data.exclude={exclude!r}: not all are columns of {path!r}; its columns are {header}.")
+        self.features = list(features) if features is not None else [c for c in header if c not in left_out]
         unknown = [c for c in self.features if c not in header or c in targets]
         if unknown or not self.features:
             raise ConfigError(
@@ -297,7 +304,7 @@ class CSVDataModule(DataModule):
         train, _, _ = self.split_indices(table.num_rows)
         self.encoding = fit_encoding(table, self.features, train, list(categorical or []), missing, max_categories,
                                      self.path)  # fmt: skip
-        self.inputs, _ = encode(table, self.encoding, self.path, "data.path", missing)
+        self.inputs, _, _ = encode(table, self.encoding, self.path, "data.path", missing)
         self.input_names = input_names(self.encoding)
         self.input_shape = (len(self.input_names),)
         if target_type == "value":
@@ -318,11 +325,12 @@ class CSVDataModule(DataModule):
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
             return super().load_predict_inputs(path)
-        inputs, unknown = encode(read_table(path, "data.predict_path"), self.encoding, path, "data.predict_path",
-                                 self.hparams["missing"])  # fmt: skip
+        inputs, unknown, unseen = encode(read_table(path, "data.predict_path"), self.encoding, path,
+                                         "data.predict_path", self.hparams["missing"])  # fmt: skip
         if unknown:
+            shown = "; ".join(f"{column}: {', '.join(map(repr, values[:5]))}" for column, values in unseen.items())
             print(f"{unknown} of the {len(inputs)} rows of {path} hold a category the training data never had "
-                  "(encoded as none of the known ones).")  # fmt: skip
+                  f"({shown}), encoded as none of the known ones.")  # fmt: skip
         return inputs
 
     def show(self, sample: Tensor, ax: Any) -> None:

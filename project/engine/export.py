@@ -65,6 +65,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         raise ConfigError(
             f"export needs the optional 'export' dependencies ({err.name} is missing): pip install -e '.[export]'"
         ) from None
+    from project.engine.datamodule import DataModule
     from project.engine.runs import load_run
 
     checkpoint = Path(checkpoint)
@@ -124,6 +125,8 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
             "normalization": data.normalization,
             "normalization_inside": True,
             **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
+            # What else the DataModule learned to turn raw files into these inputs (a table's encoding).
+            **{name: getattr(data, name) for name in type(data).learned if name not in DataModule.learned},
         },
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,

@@ -94,6 +94,7 @@ class Task(L.LightningModule):
         init_from: str | None = None,
         freeze_backbone: bool | int = False,
         backbone_lr_scale: float = 1.0,
+        monitor: str | None = None,
     ) -> None:
         """
         Args:
@@ -119,6 +120,9 @@ class Task(L.LightningModule):
                 (their running statistics are kept).
             backbone_lr_scale: the backbone's learning rate relative to the head's (``lr``, ``min_lr`` and the
                 whole warmup+cosine curve scaled), e.g. 0.1 to fine-tune pretrained features gently.
+            monitor: the metric this run is judged by (best checkpoint, early stopping, ``make runs``, ``make
+                sweep``), one the task logs, e.g. ``val/auroc``; its direction is the metric's own
+                (torchmetrics' ``higher_is_better``; ``val/loss``: min). None: the task's (``monitor``, ``mode``).
         """
         super().__init__()
         if not lr > 0:
@@ -154,6 +158,14 @@ class Task(L.LightningModule):
         metrics = self.configure_metrics()
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        if monitor is not None:
+            directions = {"val/loss": False, **{f"val/{k}": m.higher_is_better for k, m in metrics.items()}}
+            if directions.get(monitor) is None:
+                raise ConfigError(
+                    f"model.monitor={monitor!r}: {type(self).__name__} logs {', '.join(sorted(directions))} (a metric "
+                    "of unknown direction cannot judge a run); choose one of them, or add the metric to the task."
+                )
+            self.monitor, self.mode = monitor, "max" if directions[monitor] else "min"
         self.initialized_from: dict[str, Any] = {}  # where a fresh run's weights came from, for provenance.json
         self._window_tokens: Tensor | None = None  # counted tokens of this process's micro-batches in the window
 

@@ -200,7 +200,9 @@ def check_against_cli(spec: Namespace) -> Namespace:
         shown = " ".join(flag(k, v) for k, v in chosen.items())
         raise ConfigError(f"params: each value parses alone, but together the CLI refuses them: {shown}.")
     task: Any = _class(cli.config.model.class_path)
-    if spec.metric is not None and spec.metric != task.monitor:
+    judged_by, direction = task.monitor, task.mode
+    chosen_monitor = (cli.config.model.get("init_args") or {}).get("monitor")  # model.monitor: the run's own metric
+    if (spec.metric is not None and spec.metric != task.monitor) or chosen_monitor:
         # Which metrics the task logs is known once it is built (its MetricCollection): the config's classes are
         # built once, as a trial builds them (the data read, the net made; no Trainer).
         try:
@@ -210,19 +212,20 @@ def check_against_cli(spec: Namespace) -> Namespace:
         except ValueError as err:  # what a constructor refused (e.g. the data is not there), in its own words
             raise (config_error_in(err) or err) from None
         logged = {"val/loss", *built.val_metrics.keys()}
-        if spec.metric not in logged:
+        judged_by, direction = built.monitor, built.mode
+        if spec.metric is not None and spec.metric not in logged:
             raise ConfigError(
                 f"metric={spec.metric!r}: {task.__name__} does not log it; it logs {', '.join(sorted(logged))} after "
                 "every validation (leave metric out for the one it is judged by)."
             )
-    spec.metric = spec.metric or task.monitor
+    spec.metric = spec.metric or judged_by
     if spec.direction is None:
-        if spec.metric != task.monitor:
+        if spec.metric != judged_by:
             raise ConfigError(
-                f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({task.monitor}): give its "
+                f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({judged_by}): give its "
                 "direction (maximize or minimize) in the sweep file."
             )
-        spec.direction = "maximize" if task.mode == "max" else "minimize"
+        spec.direction = "maximize" if direction == "max" else "minimize"
     logger = cli.config.trainer.logger
     init_args = getattr(logger, "init_args", None) or {}
     if not all(k in init_args for k in ("save_dir", "name", "version")):
