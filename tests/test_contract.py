@@ -39,8 +39,9 @@ from conftest import (
 from probes import Recorder
 
 from project.engine.cli import CLI, main
-from project.engine.datamodule import NORMALIZATION_SAMPLES, DataModule
+from project.engine.datamodule import EXAMPLES, NORMALIZATION_SAMPLES, DataModule
 from project.engine.last_checkpoint import Interrupted
+from project.engine.runs import load_run
 from project.engine.task import IGNORE_INDEX, Task
 
 pytestmark = pytest.mark.slow
@@ -442,7 +443,6 @@ def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tu
         given_on_the_command_line += ["--model.temperature=0", "--model.max_new_tokens=4"]
     best = Path("checkpoints") / "best.ckpt"
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / best}", *given_on_the_command_line])
-    here = export(run / best)
     copy = tmp_path / "elsewhere" / run.name
     shutil.copytree(run, copy)
     # The fixture's data, moved away for the length of this test (a user's data in the repository is left alone).
@@ -453,12 +453,17 @@ def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tu
     try:
         main(["predict", "--config", str(copy / "config.yaml"), f"--ckpt_path={copy / best}",
               *given_on_the_command_line])  # fmt: skip
-        there = export(copy / best)
+        there = export(copy / best)  # it checks its own parity: ParityError otherwise
+        _, rebuilt = load_run(copy / best, read_data=False)
     finally:
         for place, away in gone:
             away.rename(place)
     assert (copy / "predictions.csv").read_bytes() == (run / "predictions.csv").read_bytes()
-    assert there["parity"] == here["parity"] and there["input"] == here["input"]
+    # Export checked the model on the same inputs as where the data is, and describes the same input.
+    dm = cli.datamodule
+    assert torch.equal(rebuilt.examples(), dm.split_tensors("test", EXAMPLES)[0])
+    assert there["input"]["normalization"] == dm.normalization and there["input"].get("features") == dm.input_names
+    assert there["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
 
 
 def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
