@@ -136,11 +136,6 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
     return values
 
 
-def _categories_of(table: Any, column: str) -> list[str | None]:
-    """A column's cells as strings (None where missing)."""
-    return _category_array(table, column).to_pylist()
-
-
 def _category_array(table: Any, column: str) -> Any:
     """A column's cells as stripped strings, null where missing or empty (in pyarrow: no Python loop per cell)."""
     import pyarrow as pa
@@ -169,15 +164,14 @@ def fit_encoding(
     for column in features:
         kind = table.column(column).type
         strings = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)
-        if strings and column not in categorical:
-            values = [v for v in _categories_of(table, column) if v]
-            if values and sum(map(_is_number, values)) >= len(values) / 2:  # numbers with stray strings: refused
-                _numbers(table, column, path, "data.path", missing_ok=True)
         if column in categorical or strings:
-            cells = _category_array(table, column)
-            if missing == "refuse" and cells.null_count:
-                raise ConfigError(f"data.path={str(path)!r}: column {column!r}, row {_first_missing(cells)} is "
-                                  "missing (data.missing=refuse).")  # fmt: skip
+            cells = _category_array(table, column)  # a missing cell under data.missing=refuse: refused by encode
+            if column not in categorical:  # mostly numbers, with stray strings: refused, naming the first
+                counts = pc.value_counts(pc.drop_null(cells))  # per distinct value: no Python loop per cell
+                values, times = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+                numeric = sum(n for v, n in zip(values, times, strict=True) if _is_number(v))
+                if times and numeric >= sum(times) / 2:
+                    _numbers(table, column, path, "data.path", missing_ok=True)
             seen = sorted(pc.unique(pc.take(pc.fill_null(cells, MISSING), pa.array(train, pa.int64()))).to_pylist())
             if len(seen) > max_categories:
                 raise ConfigError(
@@ -313,11 +307,11 @@ class CSVDataModule(DataModule):
             columns = [_numbers(table, t, self.path, "data.path", missing_ok=False) for t in targets]
             self.targets = torch.from_numpy(np.stack(columns, axis=1).astype(np.float32))
         else:
-            cells = _categories_of(table, targets[0])
-            if None in cells:
-                row = cells.index(None) + 2
+            labels = _category_array(table, targets[0])
+            if labels.null_count:
+                row = _first_missing(labels)
                 raise ConfigError(f"data.path={path!r}: column {targets[0]!r}, row {row}: the target is missing.")
-            self.target_names, self.targets = class_labels(path, targets[0], cells)  # type: ignore[arg-type]
+            self.target_names, self.targets = class_labels(path, targets[0], labels.to_pylist())
 
     def load_dataset(self) -> Dataset:
         return TensorDataset(self.inputs, self.targets)
