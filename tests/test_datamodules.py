@@ -162,6 +162,8 @@ def test_categories_and_missing_values_are_learned_from_the_training_split_alone
                 float(contract == "yearly"), fill if income is None else income, float(income is None),
                 columns["age"][i]]  # fmt: skip
         assert dm.inputs[i].tolist() == pytest.approx(want), i
+    assert CSVDataModule(path=str(tmp_path / "churn.csv"), target="churn", exclude=["plan", "age"]).input_names == [
+        "contract=monthly", "contract=yearly", "income", "income_missing"]  # fmt: skip
     # The same table as Parquet: the same inputs, bit for bit, and the same classes.
     parquet = CSVDataModule(path=str(tmp_path / "churn.parquet"), target="churn")
     assert torch.equal(parquet.inputs, dm.inputs) and parquet.target_names == dm.target_names == ["no", "yes"]
