@@ -14,7 +14,10 @@ warms the other's caches. What is measured, so that a difference can be placed:
 - the whole run: process start to the end of training.
 The bench's own noise is the run-to-run spread of the hand-written loop (the same loop, run again).
 
-    python benchmarks/bench.py [--repeats 3] [--workloads default long] [--checkpoint-mb 240]
+A last workload times reading a table (``--table-rows``, a 30-column table as CSV and Parquet): pyarrow's own read
+against the CSVDataModule's read and encoding, each in a fresh process, with its peak memory.
+
+    python benchmarks/bench.py [--repeats 3] [--workloads default long] [--checkpoint-mb 240] [--table-rows N]
 """
 
 import argparse
@@ -503,6 +506,68 @@ def checkpoint_stall(size_mb: int, out: Path, saves: int = 4, interval_s: float 
     return result
 
 
+def write_table(rows: int, folder: Path) -> tuple[Path, Path]:
+    """A churn-like table as CSV and Parquet: 24 numeric columns (5% missing in 3), 5 category columns of 3-20
+    values and a yes/no target: 30 columns, the shape the issue measured."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    columns: dict[str, Any] = {}
+    for i in range(24):
+        values = rng.normal(size=rows).round(4)
+        columns[f"x{i}"] = pa.array(values, mask=rng.random(rows) < 0.05 if i < 3 else None)
+    for i, count in enumerate((3, 4, 6, 12, 20)):
+        columns[f"c{i}"] = pa.array(np.array([f"v{j}" for j in range(count)])[rng.integers(0, count, rows)])
+    columns["churn"] = pa.array(np.where(rng.random(rows) < 0.2, "yes", "no"))
+    table = pa.table(columns)
+    pa_csv.write_csv(table, folder / "table.csv")
+    pq.write_table(table, folder / "table.parquet")
+    return folder / "table.csv", folder / "table.parquet"
+
+
+def load_table(kind: str, path: str) -> dict:
+    """One way of loading the table, in this process: pyarrow's own read, or the CSVDataModule's read and encoding
+    (the columns' categories, medians and missing indicators from the training split, then every row encoded)."""
+    if kind == "pyarrow":
+        import pyarrow.csv as pa_csv
+        import pyarrow.parquet as pq
+
+        start = time.perf_counter()
+        table = pq.read_table(path) if path.endswith(".parquet") else pa_csv.read_csv(path)
+        seconds, shape = time.perf_counter() - start, (table.num_rows, table.num_columns)
+    else:
+        from project.data import CSVDataModule
+
+        start = time.perf_counter()
+        dm = CSVDataModule(path=path, target="churn")
+        seconds, shape = time.perf_counter() - start, tuple(dm.inputs.shape)
+    return {"s": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "shape": shape}
+
+
+def table_loading(rows: int, repeats: int) -> dict:
+    """The table-loading workload: each reader of each file in a fresh process (alternating), its time and peak
+    memory (the process's maximum resident set, imports included)."""
+    result: dict[str, Any] = {"rows": rows}
+    with tempfile.TemporaryDirectory() as scratch:
+        files = dict(zip(("csv", "parquet"), write_table(rows, Path(scratch)), strict=True))
+        result["csv_mb"] = round(files["csv"].stat().st_size / 2**20, 1)
+        found: dict[str, list[dict]] = defaultdict(list)
+        for _ in range(repeats):
+            for fmt, path in files.items():
+                for kind in ("pyarrow", "template"):
+                    out = subprocess.run([sys.executable, __file__, "--one", "table", "--spec", f"{kind}:{path}"],
+                                         cwd=ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+                    found[f"{kind}/{fmt}"].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for name, runs in found.items():
+        result[name] = {"s": statistics.median(r["s"] for r in runs), "peak_mb": max(r["peak_mb"] for r in runs),
+                        "shape": runs[0]["shape"]}  # fmt: skip
+    result["csv_ratio"] = result["template/csv"]["s"] / result["pyarrow/csv"]["s"]
+    result["parquet_ratio"] = result["template/parquet"]["s"] / result["pyarrow/csv"]["s"]
+    return result
+
+
 def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, results: str) -> dict:
     """A run in a fresh process; its time to first step counts from the moment it was started."""
     t0 = time.time()
@@ -526,7 +591,9 @@ def main() -> None:
     parser.add_argument("--config", default=CONFIG, help="the run to measure (default: configs/default.yaml)")
     parser.add_argument("--checkpoint-mb", type=int, default=240, help="checkpoint stall test size (0: skip)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="where the JSON report goes")
-    parser.add_argument("--one", choices=["template", "lightning", "reference", "parts"], help=argparse.SUPPRESS)
+    parser.add_argument("--table-rows", type=int, default=1_000_000, help="table-loading workload's rows (0: skip)")
+    parser.add_argument("--one", choices=["template", "lightning", "reference", "parts", "table"],
+                        help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
@@ -536,6 +603,9 @@ def main() -> None:
             print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0, f"{args.out}/logs")))
         elif args.one == "lightning":
             print(json.dumps(run_lightning(args.spec, args.workload, args.t0, f"{args.out}/logs")))
+        elif args.one == "table":
+            kind, path = args.spec.split(":", 1)
+            print(json.dumps(load_table(kind, path)))
         elif args.one == "parts":
             print(json.dumps(run_parts(args.config, args.workload, args.repeats, args.out)))
         else:
@@ -641,9 +711,18 @@ def main() -> None:
                 f"{statistics.median(stall[name]['stall_ms']):7.1f} ms per save (each: {stall[name]['stall_ms']})"
             )
         print(f"(the blocking writer writes {stall['atomic']['mb_per_s']:.0f} MB/s here, fsync included)\n")
+    table = table_loading(args.table_rows, args.repeats) if args.table_rows else None
+    if table:
+        print(f"table loading, {table['rows']} rows x 30 columns ({table['csv_mb']:.0f} MB of CSV), fresh processes:")
+        for name in ("pyarrow/csv", "template/csv", "pyarrow/parquet", "template/parquet"):
+            print(f"  {name:17} {table[name]['s']:6.2f} s, peak memory {table[name]['peak_mb']:6.0f} MB  "
+                  f"-> {table[name]['shape']}")  # fmt: skip
+        print(f"  => read and encoded: the CSV in {table['csv_ratio']:.2f}x pyarrow's own read of it, the Parquet "
+              f"file in {table['parquet_ratio']:.2f}x\n")  # fmt: skip
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),
-                                "rows": rows, "parts": parts, "runs": runs, "checkpoint_stall": stall},
+                                "rows": rows, "parts": parts, "runs": runs, "checkpoint_stall": stall,
+                                "table_loading": table},
                                indent=2))  # fmt: skip
     print(f"Wrote {path}")
 

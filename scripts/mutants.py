@@ -41,6 +41,8 @@ TABLE_ENCODING = (
 CONFIGURED_MONITOR = (
     "tests/test_tasks.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
 )
+ID_COLUMNS = "tests/test_datamodules.py::test_the_prediction_file_carries_the_id_columns_as_written_in_input_order"
+CLASS_WEIGHTS = "tests/test_tasks.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -198,6 +200,15 @@ MUTANTS = (
     Mutant("the-sweep-follows-the-configs-monitor", "project/engine/sweep/spec.py",
            "judged_by, direction = built.monitor, built.mode", "pass",
            (CONFIGURED_MONITOR,)),
+    Mutant("the-prediction-file-carries-the-id-columns", "project/engine/predict.py",
+           'carried = getattr(dm, "predict_columns", {}) if', 'carried = {} if',
+           (ID_COLUMNS,)),
+    Mutant("id-columns-are-read-as-written", "project/data/table.py",
+           'read_table(path, "data.predict_path", as_text=carried)', 'read_table(path, "data.predict_path")',
+           (ID_COLUMNS,)),
+    Mutant("balanced-class-weights-weigh-the-loss", "project/tasks/classification.py",
+           "weight=self.class_weights, reduction", "weight=None, reduction",
+           (CLASS_WEIGHTS,)),
 )  # fmt: skip
 
 

@@ -86,3 +86,13 @@ def test_the_hand_written_loop_replays_the_language_model_too(
     # far below 1e-4 (a transformer amplifies it over hundreds of steps: 1.6e-3 after 174 measured, so the run is
     # short). A misweighted token or a lost step is O(1e-2).
     assert template["val_metric"] == pytest.approx(reference["val_metric"], rel=1e-4)
+
+
+def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
+    csv_path, parquet_path = bench.write_table(500, tmp_path)
+    # 24 numbers, 3 of them with holes (an indicator each), and one-hot columns of 3 + 4 + 6 + 12 + 20 categories
+    encoded = (500, 24 + 3 + 3 + 4 + 6 + 12 + 20)
+    assert bench.load_table("pyarrow", str(csv_path))["shape"] == bench.load_table("pyarrow", str(parquet_path))[
+        "shape"] == (500, 30)  # fmt: skip
+    assert bench.load_table("template", str(csv_path))["shape"] == encoded
+    assert bench.load_table("template", str(parquet_path))["shape"] == encoded

@@ -183,6 +183,37 @@ def test_categories_and_missing_values_are_learned_from_the_training_split_alone
         dm.load_predict_inputs(tmp_path / "fake.parquet")
 
 
+def test_the_prediction_file_carries_the_id_columns_as_written_in_input_order(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from project.engine.predict import CSVPredictionWriter
+
+    columns = _churn_table(-1)
+    columns["customer"] = [f"{i:05d}" for i in range(60)]  # IDs with leading zeros: text, not numbers
+    path = _write(tmp_path, columns)
+    dm = CSVDataModule(path=str(path), target="churn", id_columns=["customer"])
+    assert "customer" not in dm.input_names  # an ID column is no input
+    new = tmp_path / "new.csv"
+    new.write_text("customer,age,plan,contract,income,prediction\n00042,30,pro,monthly,,a\n0007,40,basic,yearly,5,b\n")
+    dm.load_predict_inputs(new)
+    assert dm.predict_columns == {"customer": ["00042", "0007"]}
+    default = CSVDataModule(path=str(path), target="churn", exclude=["customer"])
+    default.load_predict_inputs(new)  # no id_columns: every column of the file that is no feature
+    assert default.predict_columns == {"customer": ["00042", "0007"], "prediction": ["a", "b"]}
+    # The writer puts them between the index and the task's columns, renaming one that clashes with the task's.
+    dm.predict_set = default.predict_set = object()  # predicting on a file
+    task = SimpleNamespace(prediction_table=lambda outputs: (["prediction"], [["yes"], ["no"]]),
+                           write_prediction_files=lambda *args: None)  # fmt: skip
+    writer = CSVPredictionWriter(str(tmp_path / "predictions.csv"))
+    writer.write_on_epoch_end(SimpleNamespace(datamodule=default), task, [torch.zeros(2, 2)], [])  # type: ignore[arg-type]
+    with open(tmp_path / "predictions.csv") as f:
+        assert list(csv.reader(f)) == [["index", "customer", "input.prediction", "prediction"],
+                                       ["0", "00042", "a", "yes"], ["1", "0007", "b", "no"]]  # fmt: skip
+    (tmp_path / "no_id.csv").write_text("age,plan,contract,income\n30,pro,monthly,\n")
+    with pytest.raises(ConfigError, match=re.escape("data.id_columns=['customer']: ['customer'] are not columns of")):
+        dm.load_predict_inputs(tmp_path / "no_id.csv")
+
+
 BAD_TABLES = {
     "missing-target": ("a,b\n1,2\n3,4\n", {"target": "label"}, "data.target='label': not column(s) of"),
     "not-a-number": ("a,b,label\n1,2,x\n3,oops,y\n", {"target": "label"}, "column 'b', row 3: 'oops' is not a number"),

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import DIGITS, REGRESSION, ROOT, fit, scalars
@@ -179,6 +180,33 @@ def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_t
     assert Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/loss").mode == "min"
     with pytest.raises(ConfigError, match=re.escape("model.monitor='val/f1': Classifier logs val/acc, val/loss")):
         Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/f1")
+
+
+def test_balanced_class_weights_are_scikit_learns_from_the_training_split() -> None:
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+    from sklearn.utils.class_weight import compute_class_weight
+
+    from project.engine.errors import ConfigError
+    from project.tasks.classification import Classifier
+
+    train = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 2])  # counts 6, 3, 1
+    task = Classifier(net=torch.nn.Identity(), target_names=["a", "b", "c"], class_weights="balanced")
+    datamodule = SimpleNamespace(split_targets=lambda split: {"train": train}[split])
+    task._trainer = SimpleNamespace(datamodule=datamodule, strategy=SimpleNamespace(root_device=torch.device("cpu")))
+    task.setup("fit")
+    want = compute_class_weight("balanced", classes=np.arange(3), y=train.numpy())  # 10 / (3 x count)
+    torch.testing.assert_close(task.class_weights, torch.tensor(want, dtype=torch.float32))
+    assert "class_weights" in task.state_dict()  # kept in the checkpoint: a resumed run weighs the same
+    logits, targets = torch.randn(5, 3, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1, 2, 2, 0])
+    plain = F.cross_entropy(logits, targets, reduction="none")
+    torch.testing.assert_close(task.loss(logits, targets), plain * torch.tensor(want[targets], dtype=torch.float32))
+    unweighted = Classifier(net=torch.nn.Identity(), target_names=["a", "b", "c"])
+    torch.testing.assert_close(unweighted.loss(logits, targets), plain)
+    datamodule.split_targets = lambda split: torch.tensor([0, 0, 1])  # no "c" in the training split
+    with pytest.raises(ConfigError, match=re.escape("the training split has no sample of ['c']")):
+        task.setup("fit")
 
 
 @pytest.mark.slow

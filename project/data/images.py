@@ -128,5 +128,6 @@ class ImageFolderDataModule(DataModule):
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
             return super().load_predict_inputs(path)
-        files, self.predict_names = images_to_predict(path, self.input_shape)
+        files, names = images_to_predict(path, self.input_shape)
+        self.predict_columns = {"input": names}
         return torch.stack([decode_image(f, self.size, self.hparams["grayscale"]) for f in files])

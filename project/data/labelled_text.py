@@ -124,7 +124,7 @@ class LabelledTextDataModule(DataModule):
             texts = [str(row[column]) for row in rows]
         if not texts:
             raise ConfigError(f"data.predict_path={str(path)!r} holds no text.")
-        self.predict_names = texts
+        self.predict_columns = {"input": texts}
         where = f"data.predict_path={str(path)!r}"
         return _Texts([self.encode(t, f"{where}, text {i}") for i, t in enumerate(texts, 1)], [-1] * len(texts))
 

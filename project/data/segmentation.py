@@ -165,8 +165,9 @@ class SegmentationFolderDataModule(DataModule):
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
-            self.predict_names, self.predict_sizes = None, None  # raw arrays: the masks come at image_size
+            self.predict_columns, self.predict_sizes = {}, None  # raw arrays: the masks come at image_size
             return super().load_predict_inputs(path)
-        files, self.predict_names = images_to_predict(path, self.input_shape)
+        files, names = images_to_predict(path, self.input_shape)
+        self.predict_columns = {"input": names}
         self.predict_sizes = [image_size_of(f) for f in files]  # each predicted mask is written at this size
         return torch.stack([decode_image(f, self.size, self.hparams["grayscale"]) for f in files])

@@ -25,6 +25,7 @@ Parquet with its column types, and needs no pandas.
 """
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,8 +41,9 @@ SUFFIXES = (".csv", ".tsv", ".parquet", ".jsonl")
 MISSING = "<missing>"
 
 
-def read_table(path: Path, key: str) -> Any:
-    """The file as a ``pyarrow.Table`` (column names stripped); a ``ConfigError`` naming ``key`` otherwise."""
+def read_table(path: Path, key: str, as_text: Callable[[list[str]], list[str]] | None = None) -> Any:
+    """The file as a ``pyarrow.Table`` (column names stripped); a ``ConfigError`` naming ``key`` otherwise.
+    ``as_text(header)`` names the columns a CSV keeps as written (an ID such as ``00123`` is no number)."""
     try:
         import pyarrow as pa
         import pyarrow.csv as pa_csv
@@ -56,7 +58,7 @@ def read_table(path: Path, key: str) -> Any:
         raise ConfigError(f"{key}={str(path)!r}: expected a table file ({', '.join(SUFFIXES)}).")
     try:
         if suffix in (".csv", ".tsv"):
-            table = _read_delimited(pa_csv, path, key, "\t" if suffix == ".tsv" else ",")
+            table = _read_delimited(pa, pa_csv, path, key, "\t" if suffix == ".tsv" else ",", as_text)
         elif suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -73,8 +75,13 @@ def read_table(path: Path, key: str) -> Any:
     return table.rename_columns([name.strip() for name in table.column_names])
 
 
-def _read_delimited(pa_csv: Any, path: Path, key: str, delimiter: str) -> Any:
+def _read_delimited(pa: Any, pa_csv: Any, path: Path, key: str, delimiter: str, as_text: Any) -> Any:
     ragged: list[Any] = []
+    text: dict[str, Any] = {}
+    if as_text is not None:
+        header = pa_csv.open_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter)).schema.names
+        wanted = set(as_text([name.strip() for name in header]))
+        text = {name: pa.string() for name in header if name.strip() in wanted}
 
     def remember(row: Any) -> str:
         ragged.append(row)
@@ -82,8 +89,9 @@ def _read_delimited(pa_csv: Any, path: Path, key: str, delimiter: str) -> Any:
 
     def read(threads: bool) -> Any:
         options = pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=remember)
+        convert = pa_csv.ConvertOptions(strings_can_be_null=True, column_types=text)
         return pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=threads), parse_options=options,
-                               convert_options=pa_csv.ConvertOptions(strings_can_be_null=True))  # fmt: skip
+                               convert_options=convert)  # fmt: skip
 
     table = read(threads=True)
     if ragged:  # read again in one thread, which numbers the rows, to name the first bad one
@@ -255,6 +263,7 @@ class CSVDataModule(DataModule):
         categorical: list[str] | None = None,
         missing: Literal["impute", "refuse"] = "impute",
         max_categories: int = 50,
+        id_columns: list[str] | None = None,
         **engine: Any,
     ) -> None:
         """
@@ -269,10 +278,14 @@ class CSVDataModule(DataModule):
             missing: ``impute`` (training-split medians and a missing indicator, or a ``<missing>`` category) or
                 ``refuse`` (a missing feature value is an error naming its row).
             max_categories: the most categories a column may hold (more: an ID or free text, refused).
+            id_columns: columns that are no input but are carried into the prediction file (as written), so its
+                rows join back to yours (a customer ID); None = every column of the predicted file that is no
+                feature (the target too, when it is there).
             **engine: the loader, split and normalisation settings of ``DataModule``.
         """
         super().__init__(**engine)
         self.path = Path(path)
+        self.id_columns = None if id_columns is None else list(id_columns)
         if self.restored():  # the columns, their encoding and the class names from the checkpoint: no file is read
             return
         table = read_table(self.path, "data.path")
@@ -283,9 +296,10 @@ class CSVDataModule(DataModule):
             raise ConfigError(f"data.target={target!r}: not column(s) of {path!r}; its columns are {header}.")
         if target_type == "class" and len(targets) != 1:
             raise ConfigError(f"data.target={target!r}: classification takes one target column (target_type: class).")
-        left_out = [*targets, *(exclude or [])]
-        if any(c not in header for c in exclude or []):
-            raise ConfigError(f"data.exclude={exclude!r}: not all are columns of {path!r}; its columns are {header}.")
+        left_out = [*targets, *(exclude or []), *(id_columns or [])]
+        for name, named in ("exclude", exclude), ("id_columns", id_columns):
+            if any(c not in header for c in named or []):
+                raise ConfigError(f"data.{name}={named!r}: not all are columns of {path!r}; its columns are {header}.")
         self.features = list(features) if features is not None else [c for c in header if c not in left_out]
         unknown = [c for c in self.features if c not in header or c in targets]
         if unknown or not self.features:
@@ -319,8 +333,20 @@ class CSVDataModule(DataModule):
     def load_predict_inputs(self, path: Path) -> Tensor:
         if path.suffix == ".npy":
             return super().load_predict_inputs(path)
-        inputs, unknown, unseen = encode(read_table(path, "data.predict_path"), self.encoding, path,
-                                         "data.predict_path", self.hparams["missing"])  # fmt: skip
+        features = {column["name"] for column in self.encoding["columns"]}
+
+        def carried(header: list[str]) -> list[str]:
+            return [c for c in header if c not in features] if self.id_columns is None else self.id_columns
+
+        table = read_table(path, "data.predict_path", as_text=carried)
+        absent = [c for c in carried(table.column_names) if c not in table.column_names]
+        if absent:
+            raise ConfigError(f"data.id_columns={self.id_columns!r}: {absent} are not columns of {str(path)!r}; "
+                              f"its columns are {table.column_names}.")  # fmt: skip
+        inputs, unknown, unseen = encode(table, self.encoding, path, "data.predict_path", self.hparams["missing"])
+        self.predict_columns = {
+            c: ["" if v is None else str(v) for v in _cells(table, c)] for c in carried(table.column_names)
+        }
         if unknown:
             shown = "; ".join(f"{column}: {', '.join(map(repr, values[:5]))}" for column, values in unseen.items())
             print(f"{unknown} of the {len(inputs)} rows of {path} hold a category the training data never had "

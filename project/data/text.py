@@ -190,7 +190,7 @@ class TextDataModule(DataModule):
                               "of .txt files (a prompt each).")  # fmt: skip
         if not texts:
             raise ConfigError(f"data.predict_path={str(path)!r} holds no prompt.")
-        self.predict_names = texts
+        self.predict_columns = {"input": texts}
         block = self.input_shape[0]
         return Prompts([torch.tensor([END_OF_TEXT, *encode(t)][-block:]) for t in texts])
 
@@ -200,7 +200,7 @@ class TextDataModule(DataModule):
             half = max(1, self.input_shape[0] // 2)
             prompts = [test[i][0][:half] for i in range(min(PREDICT_PROMPTS, len(test)))]  # type: ignore[arg-type]
             self.predict_set = Prompts(prompts)
-            self.predict_names = [decode(p.tolist(), VOCABULARY) for p in prompts]
+            self.predict_columns = {"input": [decode(p.tolist(), VOCABULARY) for p in prompts]}
         return DataLoader(self.predict_set, batch_size=1)  # prompts differ in length: one at a time
 
     def run_files(self) -> dict[str, str]:

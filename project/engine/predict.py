@@ -11,9 +11,10 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 
 
 class CSVPredictionWriter(BasePredictionWriter):
-    """Writes ``index, [input,] <the task's columns>`` per input, in input order (one process): the task's
-    ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values in
-    the targets' units); ``input`` is the file the input came from, when the DataModule knows it. Files a prediction
+    """Writes ``index, [the DataModule's columns,] <the task's columns>`` per input, in input order (one process): the
+    task's ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values
+    in the targets' units); the DataModule's ``predict_columns`` are what it carries through from the inputs (the
+    file each came from, a table's ID columns), so the rows can be joined back to them. Files a prediction
     has beside its row (a segmentation's masks) are the task's ``write_prediction_files``, into the CSV's folder."""
 
     def __init__(self, output: str = "predictions.csv") -> None:
@@ -26,13 +27,15 @@ class CSVPredictionWriter(BasePredictionWriter):
         outputs = torch.cat(list(predictions)).float()
         header, rows = pl_module.prediction_table(outputs)  # type: ignore[operator]
         dm = trainer.datamodule  # type: ignore[attr-defined]
-        inputs = getattr(dm, "predict_names", None) if getattr(dm, "predict_set", None) is not None else None
+        carried = getattr(dm, "predict_columns", {}) if getattr(dm, "predict_set", None) is not None else {}
+        # a carried column named like one of ours (a table's own "prediction" column) is kept under another name
+        carried = {(f"input.{k}" if k in ("index", *header) else k): v for k, v in carried.items()}
         output = Path(self.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["index", *(["input"] if inputs else []), *header])
+            writer.writerow(["index", *carried, *header])
             for index, row in enumerate(rows):
-                writer.writerow([index, *([inputs[index]] if inputs else []), *row])
+                writer.writerow([index, *(values[index] for values in carried.values()), *row])
         pl_module.write_prediction_files(outputs, output.parent, dm)  # type: ignore[operator]
         print(f"Wrote {len(rows)} predictions to {output}")

@@ -5,10 +5,12 @@ Accuracy is right when the classes are about as frequent as each other. With a r
 model that never predicts it scores 0.81: judge it by ``balanced_acc`` (the mean of the per-class recalls: 0.5
 for that model), ``macro_f1`` (precision and recall of every class, each class counting the same), or, to rank
 the samples by a probability before choosing a threshold, ``auroc`` or ``average_precision`` (which weighs the
-rare class's precision, the harder of the two to score well on)."""
+rare class's precision, the harder of the two to score well on). ``class_weights: balanced`` also makes training
+count the rare class more: scikit-learn's "balanced" weights from the training split's class counts."""
 
 from typing import Any, Literal
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import MetricCollection
@@ -30,11 +32,13 @@ class Classifier(Task):
     monitor = "val/acc"
     mode = "max"
     target_kind = "classes"
+    class_weights: Tensor | None
 
     def __init__(
         self,
         label_smoothing: float = 0.0,
         metrics: list[Literal["acc", "balanced_acc", "macro_f1", "auroc", "average_precision"]] | None = None,
+        class_weights: Literal["none", "balanced"] = "none",
         **engine: Any,
     ) -> None:
         """
@@ -43,6 +47,9 @@ class Classifier(Task):
             metrics: what is logged per evaluation (default ``[acc]``); ``model.monitor`` (e.g. ``val/auroc``)
                 says which one judges the run. Every one is exact over the whole split (AUROC and average
                 precision keep every score of the split: fine for validation sets of up to millions of samples).
+            class_weights: ``balanced``: each sample's loss weighted by N / (classes x its class's count in the
+                training split), so every class weighs the same in total; ``none``: every sample alike. The
+                weighted loss is the one logged (val/loss too); the metrics count every sample once.
             **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
         """
         if not 0.0 <= label_smoothing < 1.0:
@@ -50,9 +57,30 @@ class Classifier(Task):
         self.label_smoothing = label_smoothing
         self.metric_names = list(metrics or ["acc"])
         super().__init__(**engine)
+        # A buffer, so in the checkpoint: a resumed run weighs as the uninterrupted one.
+        weights = torch.ones(len(self.target_names)) if class_weights == "balanced" else None
+        self.register_buffer("class_weights", weights)
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
+        if stage == "fit" and self.class_weights is not None and datamodule is not None:
+            # From the training split, on every process alike (the split is fixed by its seed).
+            counts = torch.bincount(datamodule.split_targets("train"), minlength=len(self.target_names))
+            if not counts.all():
+                absent = [name for name, c in zip(self.target_names, counts.tolist(), strict=True) if c == 0]
+                raise ConfigError(
+                    f"model.class_weights='balanced': the training split has no sample of {absent}, whose weight "
+                    "would be infinite; use class_weights: none, or data with every class in its training split."
+                )
+            self.class_weights.copy_(counts.sum() / (len(counts) * counts.double()))
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        return F.cross_entropy(outputs, targets, reduction="none", label_smoothing=self.label_smoothing)
+        # The per-sample weighted losses, averaged over samples by the engine (not torch's sum(w l) / sum(w) per
+        # batch): the mean stays a mean over samples, so accumulation and DDP stay equal to the big batch, and the
+        # balanced weights sum to N over the training split, so the loss keeps its scale.
+        return F.cross_entropy(outputs, targets, weight=self.class_weights, reduction="none",
+                               label_smoothing=self.label_smoothing)  # fmt: skip
 
     def configure_metrics(self) -> MetricCollection:
         k = len(self.target_names)

@@ -56,6 +56,7 @@ class Regressor(Task):
     def setup(self, stage: str) -> None:
         # From the training split, on every process alike (the split is fixed by its seed); a resumed or loaded
         # checkpoint then restores the same values.
+        super().setup(stage)
         datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
         if stage == "fit" and datamodule is not None:
             y = datamodule.split_targets("train").double()
