@@ -25,7 +25,9 @@ Parquet with its column types, and needs no pandas.
 """
 
 import math
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -133,7 +135,7 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
             ) from None
     elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_null(array.type)):
         raise ConfigError(f"{key}={str(path)!r}: column {column!r} holds {array.type} values, not numbers.")
-    values = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    values = np.asarray(pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
     bad = ~np.isfinite(values)
     if bad.any() and not missing_ok:
         row = int(np.argmax(bad))
@@ -144,20 +146,54 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
     return values
 
 
-def _category_array(table: Any, column: str) -> Any:
-    """A column's cells as stripped strings, null where missing or empty (in pyarrow: no Python loop per cell)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+class Categories:
+    """A column as categories: its distinct cells (stripped strings; None for a missing or empty cell) and, per row,
+    the index of its cell among them. Built from pyarrow's dictionary encoding: one hashing pass over the rows, and
+    every other step (trimming, the training split's categories, the codes) works on the few distinct values."""
 
-    array = pc.utf8_trim_whitespace(pc.cast(table.column(column), pa.string()))
-    return pc.if_else(pc.equal(array, ""), pa.scalar(None, pa.string()), array)
+    def __init__(self, table: Any, column: str) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        array = table.column(column).combine_chunks()
+        encoded = array if pa.types.is_dictionary(array.type) else pc.dictionary_encode(array)
+        cells = pc.utf8_trim_whitespace(pc.cast(encoded.dictionary, pa.string())).to_pylist()
+        cleaned = [v or None for v in cells]
+        self.values = sorted(set(cleaned), key=lambda v: (v is None, v or ""))  # distinct after trimming
+        position = {v: i for i, v in enumerate(self.values)}
+        if encoded.null_count and None not in position:
+            position[None] = len(self.values)
+            self.values.append(None)
+        lut = np.array([position[v] for v in cleaned] + [position.get(None, 0)], np.int64)
+        indices = encoded.indices.fill_null(len(cleaned))  # a null cell: the lut's last entry, None
+        self.rows = lut[np.asarray(indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+
+    def first_missing(self) -> int | None:
+        """The file row (the header is row 1) of the first missing cell, if any."""
+        if None not in self.values:
+            return None
+        return int(np.argmax(self.rows == self.values.index(None))) + 2
+
+    def counts(self) -> list[int]:
+        return np.bincount(self.rows, minlength=len(self.values)).tolist()
+
+    def names(self, rows: np.ndarray | None = None) -> list[str]:
+        """The sorted categories of these rows (all by default), a missing cell as ``MISSING``."""
+        present = self.values if rows is None else [self.values[i] for i in np.unique(self.rows[rows])]
+        return sorted(MISSING if v is None else v for v in present)
+
+    def codes(self, categories: list[str]) -> np.ndarray:
+        """Each row's index in ``categories`` (a missing cell is ``MISSING``'s), -1 for a category not in them."""
+        position = {v: i for i, v in enumerate(categories)}
+        lut = np.array([position.get(MISSING if v is None else v, -1) for v in self.values], np.int64)
+        return lut[self.rows]
 
 
-def _first_missing(array: Any) -> int | None:
-    """The file row (the header is row 1) of the first missing cell, if any."""
-    import pyarrow.compute as pc
-
-    return int(np.flatnonzero(pc.is_null(array).to_numpy(zero_copy_only=False))[0]) + 2 if array.null_count else None
+def _per_column(function: Callable[[Any], Any], columns: list[Any]) -> list[Any]:
+    """``function`` of each column, in order, in threads: numpy, pyarrow and torch release the GIL for their work
+    on whole columns, so the columns are read and encoded on every core (the first error, in column order)."""
+    with ThreadPoolExecutor(max_workers=min(len(columns), os.cpu_count() or 1) or 1) as pool:
+        return list(pool.map(function, columns))
 
 
 def fit_encoding(
@@ -166,21 +202,19 @@ def fit_encoding(
 ) -> dict[str, Any]:  # fmt: skip
     """How each feature becomes inputs, learned from the training rows only: plain data (the checkpoint keeps it)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    encoding: dict[str, Any] = {"columns": []}
-    for column in features:
+    rows = np.asarray(train, dtype=np.int64)
+
+    def fit(column: str) -> dict[str, Any]:
         kind = table.column(column).type
         strings = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)
         if column in categorical or strings:
-            cells = _category_array(table, column)  # a missing cell under data.missing=refuse: refused by encode
+            cells = Categories(table, column)  # a missing cell under data.missing=refuse: refused by encode
             if column not in categorical:  # mostly numbers, with stray strings: refused, naming the first
-                counts = pc.value_counts(pc.drop_null(cells))  # per distinct value: no Python loop per cell
-                values, times = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
-                numeric = sum(n for v, n in zip(values, times, strict=True) if _is_number(v))
-                if times and numeric >= sum(times) / 2:
+                counted = [(v, n) for v, n in zip(cells.values, cells.counts(), strict=True) if v is not None]
+                if counted and sum(n for v, n in counted if _is_number(v)) >= sum(n for _, n in counted) / 2:
                     _numbers(table, column, path, "data.path", missing_ok=True)
-            seen = sorted(pc.unique(pc.take(pc.fill_null(cells, MISSING), pa.array(train, pa.int64()))).to_pylist())
+            seen = cells.names(rows)
             if len(seen) > max_categories:
                 raise ConfigError(
                     f"data.path={str(path)!r}: column {column!r} holds {len(seen)} categories in the training split, "
@@ -192,15 +226,15 @@ def fit_encoding(
                     f"data.path={str(path)!r}: column {column!r} holds one category ({seen}) in the training split: it "
                     "tells the model nothing; leave it out of data.features."
                 )
-            encoding["columns"].append({"name": column, "categories": seen})
-            continue
-        numbers = _numbers(table, column, path, "data.path", missing_ok=missing == "impute")[train]
+            return {"name": column, "categories": seen}
+        numbers = _numbers(table, column, path, "data.path", missing_ok=missing == "impute")[rows]
         holes = bool(np.isnan(numbers).any())
         if holes and np.isnan(numbers).all():
             raise ConfigError(f"data.path={str(path)!r}: column {column!r} is missing in every training row.")
         fill = float(np.nanmedian(numbers)) if holes else float(np.median(numbers)) if len(numbers) else 0.0
-        encoding["columns"].append({"name": column, "fill": fill, "indicator": holes})
-    return encoding
+        return {"name": column, "fill": fill, "indicator": holes}
+
+    return {"columns": _per_column(fit, features)}
 
 
 def input_names(encoding: dict[str, Any]) -> list[str]:
@@ -216,36 +250,36 @@ def input_names(encoding: dict[str, Any]) -> list[str]:
 def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int, dict]:
     """The inputs (rows, len(input_names)) as float32, the number of rows holding a category never seen in
     training (encoded as all zeros), and those categories per column."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    absent = [c["name"] for c in encoding["columns"] if c["name"] not in table.column_names]
+    if absent:
+        raise ConfigError(f"{key}={str(path)!r} lacks the feature column {absent[0]!r}.")
 
-    parts, unknown, unseen = [], np.zeros(table.num_rows, dtype=bool), {}
-    for c in encoding["columns"]:
-        if c["name"] not in table.column_names:
-            raise ConfigError(f"{key}={str(path)!r} lacks the feature column {c['name']!r}.")
+    def inputs_of(c: dict[str, Any]) -> tuple[list[Tensor], np.ndarray | None, list[str]]:
+        """The column's inputs (float32 columns), and its rows and values of a category training never saw."""
         if "categories" in c:
-            cells = _category_array(table, c["name"])
-            if missing == "refuse" and cells.null_count:
-                raise ConfigError(f"{key}={str(path)!r}: column {c['name']!r}, row {_first_missing(cells)} is "
+            cells = Categories(table, c["name"])
+            if missing == "refuse" and cells.first_missing() is not None:
+                raise ConfigError(f"{key}={str(path)!r}: column {c['name']!r}, row {cells.first_missing()} is "
                                   "missing (data.missing=refuse).")  # fmt: skip
-            known_values = pa.array(c["categories"], pa.string())
-            codes = pc.fill_null(pc.index_in(pc.fill_null(cells, MISSING), value_set=known_values), -1)
-            codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
-            unknown |= codes < 0
-            if (codes < 0).any():
-                unseen[c["name"]] = sorted(set(pc.filter(cells, pc.equal(codes, -1)).to_pylist()) - {None})
-            onehot = np.zeros((table.num_rows, len(c["categories"])), dtype=np.float32)
-            known = codes >= 0
-            onehot[np.nonzero(known)[0], codes[known]] = 1.0
-            parts.append(onehot)
-            continue
+            codes = cells.codes(c["categories"])
+            unknown = codes < 0
+            unseen = sorted({cells.values[i] for i in np.unique(cells.rows[unknown])} - {None})
+            one_hot = torch.from_numpy(codes)
+            return [(one_hot == i).to(torch.float32) for i in range(len(c["categories"]))], unknown, unseen
         values = _numbers(table, c["name"], path, key, missing_ok=missing == "impute")
         holes = np.isnan(values)
-        parts.append(np.where(holes, c["fill"], values)[:, None])
-        if c["indicator"]:
-            parts.append(holes[:, None].astype(np.float64))
-    inputs = torch.from_numpy(np.concatenate(parts, axis=1).astype(np.float32))
-    return inputs, int(unknown.sum()), unseen
+        filled = torch.from_numpy(np.where(holes, c["fill"], values).astype(np.float32))
+        return [filled, *([torch.from_numpy(holes).to(torch.float32)] if c["indicator"] else [])], None, []
+
+    encoded = _per_column(inputs_of, encoding["columns"])
+    unknown = np.zeros(table.num_rows, dtype=bool)
+    for _, rows, _ in encoded:
+        if rows is not None:
+            unknown |= rows
+    unseen = {c["name"]: values for c, (_, _, values) in zip(encoding["columns"], encoded, strict=True) if values}
+    # Stacked into sample-major order (what the loader reads) by torch, whose copy kernel does that transposition
+    # several times faster than numpy's column-by-column writes.
+    return torch.stack([x for inputs, _, _ in encoded for x in inputs], dim=1), int(unknown.sum()), unseen
 
 
 class CSVDataModule(DataModule):
@@ -321,11 +355,11 @@ class CSVDataModule(DataModule):
             columns = [_numbers(table, t, self.path, "data.path", missing_ok=False) for t in targets]
             self.targets = torch.from_numpy(np.stack(columns, axis=1).astype(np.float32))
         else:
-            labels = _category_array(table, targets[0])
-            if labels.null_count:
-                row = _first_missing(labels)
+            labels = Categories(table, targets[0])
+            if labels.first_missing() is not None:
+                row = labels.first_missing()
                 raise ConfigError(f"data.path={path!r}: column {targets[0]!r}, row {row}: the target is missing.")
-            self.target_names, self.targets = class_labels(path, targets[0], labels.to_pylist())
+            self.target_names, self.targets = class_labels(path, targets[0], labels)
 
     def load_dataset(self) -> Dataset:
         return TensorDataset(self.inputs, self.targets)
@@ -360,15 +394,16 @@ class CSVDataModule(DataModule):
         ax.invert_yaxis()
 
 
-def class_labels(path: str, target: str, values: list[str]) -> tuple[list[str], Tensor]:
-    """(class names, int64 class indices) of a target column; a ``ConfigError`` if it holds real numbers."""
-    labels = [v.strip() for v in values]
+def class_labels(path: str, target: str, labels: Categories) -> tuple[list[str], Tensor]:
+    """(class names, int64 class indices) of a target column (none missing); a ``ConfigError`` if it holds real
+    numbers."""
+    values = [str(v) for v in labels.values]
     try:  # integer labels sort numerically (2 before 10), names alphabetically
-        keys = [str(k) for k in map(int, labels)]
+        keys = [str(k) for k in map(int, values)]
         names, integers = [str(k) for k in sorted({int(k) for k in keys})], True
     except ValueError:
-        keys, names, integers = labels, sorted(set(labels)), False
-        real = _real_number(labels)
+        keys, names, integers = values, sorted(values), False
+        real = _real_number(values)
         if real is not None:
             raise ConfigError(
                 f"data.target={target!r} in {path!r} holds real numbers (e.g. {real}), not class labels: to predict "
@@ -376,14 +411,15 @@ def class_labels(path: str, target: str, values: list[str]) -> tuple[list[str], 
             ) from None
     if len(names) < 2:
         raise ConfigError(f"data.target={target!r}: the column holds {len(names)} class(es), at least 2 needed.")
-    if integers and len(names) > max(20, len(labels) // 5):
+    if integers and len(names) > max(20, len(labels.rows) // 5):
         raise ConfigError(
-            f"data.target={target!r} in {path!r} holds {len(names)} distinct integers in {len(labels)} rows (fewer "
-            "than 5 rows per class): a value to predict rather than classes. Train a regressor: --config "
+            f"data.target={target!r} in {path!r} holds {len(names)} distinct integers in {len(labels.rows)} rows "
+            "(fewer than 5 rows per class): a value to predict rather than classes. Train a regressor: --config "
             "configs/tasks/regression.yaml (data.target_type: value); if they really are classes, write them as names."
         )
     position = {name: i for i, name in enumerate(names)}
-    return names, torch.tensor([position[k] for k in keys])
+    lut = np.array([position[k] for k in keys], np.int64)  # per distinct cell: its class
+    return names, torch.from_numpy(lut[labels.rows])
 
 
 def _real_number(labels: list[str]) -> str | None:
