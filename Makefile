@@ -97,10 +97,10 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
 test: $(TEST_INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 $(ARGS)
 
 test-fast: $(TEST_INSTALLED) ## run the tests not marked slow
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder -m "not slow" $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
 	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))

@@ -42,6 +42,9 @@ CONFIGURED_MONITOR = (
     "tests/test_tasks.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
 )
 ID_COLUMNS = "tests/test_datamodules.py::test_the_prediction_file_carries_the_id_columns_as_written_in_input_order"
+NOTEBOOK_ON_A_COPY = (
+    "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
+)
 CLASS_WEIGHTS = "tests/test_tasks.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
@@ -206,6 +209,9 @@ MUTANTS = (
     Mutant("id-columns-are-read-as-written", "project/data/table.py",
            'read_table(path, "data.predict_path", as_text=carried)', 'read_table(path, "data.predict_path")',
            (ID_COLUMNS,)),
+    Mutant("the-checkpoint-keeps-the-examples-targets", "project/engine/datamodule.py",
+           '"example_targets": self.examples()[1],', "",
+           (NOTEBOOK_ON_A_COPY,)),
     Mutant("balanced-class-weights-weigh-the-loss", "project/tasks/classification.py",
            "weight=self.class_weights, reduction", "weight=None, reduction",
            (CLASS_WEIGHTS,)),

@@ -62,7 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _STATUS = pytest.StashKey[str | None]()
 
-# `make test` (pytest-xdist, --dist loadscope) hands out whole modules in collection order. These run for minutes
+# `make test` (pytest-xdist, --dist loadscope --no-loadscope-reorder) hands out whole modules in collection order
+# (xdist's own reorder, by number of tests, put a two-test module of a minute last). These run for minutes
 # (processes: DDP ranks, sweep trials, killed runs); given out first, none of them starts last while the other
 # worker idles, which had left the suite's wall time well above half its total. Names only: a module you deleted
 # is no error, and the rest keep their order.

@@ -16,6 +16,8 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -430,6 +432,21 @@ def _test_inputs_file(dm: DataModule, folder: Path) -> Path:
     return folder / "test_inputs.txt"
 
 
+@contextmanager
+def _data_moved_away(cli: CLI, tmp_path: Path) -> Iterator[None]:
+    """The fixture's data, moved away for the length of the block (a user's data in the repository is left alone),
+    as on a machine the run directory was copied to."""
+    data = [Path(v) for k, v in cli.datamodule.hparams.items() if k in ("path", "root") and v]
+    gone = [(d, tmp_path / f"gone-{i}") for i, d in enumerate(data) if ROOT not in d.resolve().parents]
+    for place, away in gone:
+        place.rename(away)
+    try:
+        yield
+    finally:
+        for place, away in gone:
+            away.rename(place)
+
+
 def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tuple[Path, CLI], tmp_path: Path) -> None:
     """The run directory is all a model needs: copied elsewhere while its training data is gone (as on another
     machine), predict on files writes the same bytes and export checks the same parity, from what the checkpoint
@@ -445,23 +462,16 @@ def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tu
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / best}", *given_on_the_command_line])
     copy = tmp_path / "elsewhere" / run.name
     shutil.copytree(run, copy)
-    # The fixture's data, moved away for the length of this test (a user's data in the repository is left alone).
-    data = [Path(v) for k, v in cli.datamodule.hparams.items() if k in ("path", "root") and v]
-    gone = [(d, tmp_path / f"gone-{i}") for i, d in enumerate(data) if ROOT not in d.resolve().parents]
-    for place, away in gone:
-        place.rename(away)
-    try:
+    with _data_moved_away(cli, tmp_path):
         main(["predict", "--config", str(copy / "config.yaml"), f"--ckpt_path={copy / best}",
               *given_on_the_command_line])  # fmt: skip
         there = export(copy / best)  # it checks its own parity: ParityError otherwise
         _, rebuilt = load_run(copy / best, read_data=False)
-    finally:
-        for place, away in gone:
-            away.rename(place)
     assert (copy / "predictions.csv").read_bytes() == (run / "predictions.csv").read_bytes()
     # Export checked the model on the same inputs as where the data is, and describes the same input.
     dm = cli.datamodule
-    assert torch.equal(rebuilt.examples(), dm.split_tensors("test", EXAMPLES)[0])
+    for kept, split in zip(rebuilt.examples(), dm.split_tensors("test", EXAMPLES), strict=True):
+        assert torch.equal(kept, split)  # the first test inputs and their targets
     assert there["input"]["normalization"] == dm.normalization and there["input"].get("features") == dm.input_names
     assert there["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
 
@@ -552,4 +562,28 @@ def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None
     judged = cli.model.monitor.replace("val/", "test/", 1)
     (_, logged), *_ = scalars(run)[judged]
     assert f"{judged} of best.ckpt: {logged:.4f} on" in _text(notebook)
+    assert _images(notebook) >= 3
+
+
+@pytest.mark.parametrize("subject", ["regression"], indirect=True)
+def test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps(
+    trained: tuple[Path, CLI], tmp_path: Path
+) -> None:
+    from test_notebooks import _execute, _images, _text
+
+    run, cli = trained
+    copy = tmp_path / "elsewhere" / run.name
+    shutil.copytree(run, copy)
+    with _data_moved_away(cli, tmp_path):
+        notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(copy)})
+    task, dm = load_run(run / "checkpoints" / "best.ckpt")  # what the notebook scores, computed here with the data
+    inputs, targets = dm.split_tensors("test", EXAMPLES)
+    with torch.inference_mode():
+        outputs = task(dm.normalize(inputs))
+    metrics = task.configure_metrics()
+    task.update_metrics(metrics, outputs, targets)
+    key = task.monitor.removeprefix("val/")
+    text = _text(notebook)
+    assert f"scoring the first {EXAMPLES} test inputs, kept in the checkpoint" in text
+    assert f"test/{key} of best.ckpt: {float(metrics.compute()[key]):.4f} on {EXAMPLES} inputs" in text
     assert _images(notebook) >= 3

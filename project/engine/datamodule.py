@@ -30,9 +30,10 @@ the exported model.
 
 A run is portable: what the DataModule learned from the training data that reading new inputs needs (the
 attributes ``learned`` names: the class names, the shapes, a table's columns, a tokenizer) is kept in the checkpoint
-as plain data, with a few test inputs (``EXAMPLES``) for export's parity check. ``predict`` on files and ``export``
-rebuild the DataModule from them (``restored()`` is then true, and the subclass's ``__init__`` reads nothing of the
-training data), so a run directory copied to a machine without that data still predicts and exports the same.
+as plain data, with a few test inputs and their targets (``EXAMPLES``: export's parity check, the inspect notebook
+where the data is not). ``predict`` on files and ``export`` rebuild the DataModule from them (``restored()`` is then
+true, and the subclass's ``__init__`` reads nothing of the training data), so a run directory copied to a machine
+without that data still predicts and exports the same.
 """
 
 import math
@@ -186,7 +187,7 @@ class DataModule(L.LightningDataModule):
         self.test_set: Dataset | None = None
         self.predict_set: Dataset | None = None
         self.predict_columns: dict[str, list[str]] = {}  # carried into the prediction file, one value per input
-        self._examples: Tensor | None = None
+        self._examples: tuple[Tensor, Tensor] | None = None
         self._restored = _RESTORING.get()
 
     def restored(self) -> bool:
@@ -443,7 +444,8 @@ class DataModule(L.LightningDataModule):
         state: dict[str, Any] = {
             "normalization": self.normalization,
             "learned": {name: getattr(self, name) for name in self.learned},
-            "examples": self.examples(),
+            "examples": self.examples()[0],
+            "example_targets": self.examples()[1],
         }
         if self._train_loader is not None:
             state["train_loader"] = self._train_loader.state_dict()
@@ -453,13 +455,14 @@ class DataModule(L.LightningDataModule):
         self._train_loader_state = state.get("train_loader")
         if state.get("normalization") is not None:
             self._normalization, self._norm_tensors = state["normalization"], None
-        if state.get("examples") is not None:
-            self._examples = state["examples"]
+        if state.get("examples") is not None and state.get("example_targets") is not None:
+            self._examples = state["examples"], state["example_targets"]
 
-    def examples(self) -> Tensor:
-        """The first ``EXAMPLES`` test inputs, raw (the checkpoint's, when it was restored from one)."""
+    def examples(self) -> tuple[Tensor, Tensor]:
+        """The first ``EXAMPLES`` test inputs, raw, and their targets (the checkpoint's, when it was restored from
+        one): what export checks its parity on, and what the inspect notebook scores where the data is not."""
         if self._examples is None:
-            self._examples = self.split_tensors("test", EXAMPLES)[0]
+            self._examples = self.split_tensors("test", EXAMPLES)
         return self._examples
 
     def _eval_loader(self, dataset: Dataset | None) -> DataLoader:

@@ -70,7 +70,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 
     checkpoint = Path(checkpoint)
     model, data = load_run(checkpoint, read_data=False)
-    inputs = data.examples()  # the checkpoint's test inputs: the same check on any machine, with or without the data
+    inputs, _ = data.examples()  # the checkpoint's test inputs: the same check on any machine, with or without the data
     head = model.output_head()
     net = Normalized(model.net, data.normalization, len(data.input_shape), head).eval()
     output = model.output_description()
