@@ -6,8 +6,9 @@ against the copy (subprocesses too: the suite imports the checkout it runs from)
 on is a *survivor*: a guarantee that nothing proves. Those tests first run once unmutated (a test that fails
 anyway would "kill" every mutant). Exit status 1 if any mutant survived.
 
-    python scripts/mutants.py              # every mutant (a few minutes)
+    python scripts/mutants.py              # every mutant against its own tests (a few minutes)
     python scripts/mutants.py --only warmup tail-window
+    python scripts/mutants.py --whole-suite   # every mutant against the whole suite: does any test notice? (hours)
 """
 
 import argparse
@@ -227,21 +228,23 @@ def _copy_of_the_checkout(into: Path) -> Path:
     return into
 
 
-def _pytest(copy: Path, tests: list[str], python: str) -> tuple[int, float, str]:
-    """Runs ``tests`` against ``copy`` (its own package first on the path, for subprocesses too)."""
+def _pytest(copy: Path, tests: list[str], python: str, workers: int = 0) -> tuple[int, float, str]:
+    """Runs ``tests`` against ``copy`` (its own package first on the path, for subprocesses too), stopping at the
+    first failure; in ``workers`` processes (as `make test` does) when > 0."""
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
     for key in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS"):
         env.pop(key, None)
     start = time.monotonic()
     result = subprocess.run(
-        [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *(str(copy / t) for t in tests)],
+        [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", str(workers),
+         *(["--dist", "loadscope", "--no-loadscope-reorder"] if workers else []), *(str(copy / t) for t in tests)],
         cwd=copy, env=env, capture_output=True, text=True,
     )  # fmt: skip
     tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-3:])
     return result.returncode, time.monotonic() - start, tail
 
 
-def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
+def run(mutant: Mutant, python: str, tests: list[str] | None = None, workers: int = 0) -> tuple[str, float, str]:
     """(outcome, seconds, last lines): killed (a test failed), survived (they all passed) or broken."""
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as scratch:
         copy = _copy_of_the_checkout(Path(scratch))
@@ -250,7 +253,7 @@ def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
         if source.count(mutant.original) != 1:
             return "broken", 0.0, f"{mutant.file} does not hold its line exactly once: {mutant.original!r}"
         target.write_text(source.replace(mutant.original, mutant.mutated))
-        code, seconds, tail = _pytest(copy, list(mutant.tests), python)
+        code, seconds, tail = _pytest(copy, tests or list(mutant.tests), python, workers)
         if code == 0:
             return "survived", seconds, tail
         if code == 1:  # pytest: the tests ran and one failed
@@ -261,7 +264,12 @@ def run(mutant: Mutant, python: str) -> tuple[str, float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants (names as listed)")
+    parser.add_argument("--whole-suite", action="store_true",
+                        help="run the whole suite (tests/, in parallel, stopping at the first failure) against "
+                        "each mutant instead of its own tests: a survivor there is a line no test notices")  # fmt: skip
     args = parser.parse_args()
+    workers = min(os.cpu_count() or 1, 4) if args.whole_suite else 0
+    whole = ["tests"] if args.whole_suite else None
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     if args.only and len(chosen) != len(args.only):
         known = ", ".join(m.name for m in MUTANTS)
@@ -269,21 +277,23 @@ def main() -> int:
         return 2
     # First the same tests without any mutant: a test that fails anyway would count every mutant as killed.
     with tempfile.TemporaryDirectory(prefix="mutants-baseline-") as scratch:
-        tests = list(dict.fromkeys(t for m in chosen for t in m.tests))
-        code, seconds, tail = _pytest(_copy_of_the_checkout(Path(scratch)), tests, sys.executable)
-    print(f"{'baseline':9} {seconds:6.1f} s  the {len(tests)} tests, unmutated: {'pass' if code == 0 else 'FAIL'}")
+        tests = whole or list(dict.fromkeys(t for m in chosen for t in m.tests))
+        code, seconds, tail = _pytest(_copy_of_the_checkout(Path(scratch)), tests, sys.executable, workers)
+    what = "the whole suite" if whole else f"the {len(tests)} tests"
+    print(f"{'baseline':9} {seconds:6.1f} s  {what}, unmutated: {'pass' if code == 0 else 'FAIL'}")
     if code != 0:
         print("          " + tail.replace("\n", "\n          "))
         return 2
     outcomes = []
     for mutant in chosen:
-        outcome, seconds, tail = run(mutant, sys.executable)
+        outcome, seconds, tail = run(mutant, sys.executable, whole, workers)
         outcomes.append(outcome)
         print(f"{outcome:9} {seconds:6.1f} s  {mutant.name}  ({mutant.file})", flush=True)
         if outcome != "killed":
             print("          " + tail.replace("\n", "\n          "), flush=True)
     survived, broken = outcomes.count("survived"), outcomes.count("broken")
-    print(f"{len(chosen)} mutants: {outcomes.count('killed')} killed, {survived} survived, {broken} broken")
+    print(f"{len(chosen)} mutants: {outcomes.count('killed')} killed, {survived} survived, {broken} broken "
+          f"({'whole suite' if whole else 'each against its own tests'})")  # fmt: skip
     return 1 if survived or broken else 0
 
 
