@@ -187,8 +187,29 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(
 
 
 def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import shutil
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    # The refused run's directory is removed only once no TensorBoard writer is open on it: a writer thread still
+    # writing its event file there failed the run with a FileNotFoundError instead of the sentence (seen on a
+    # loaded machine, where the thread runs late).
+    writers, open_at_removal = [], []
+    opened = SummaryWriter.__init__
+
+    def recorded(self: SummaryWriter, *args: object, **kwargs: object) -> None:
+        writers.append(self)
+        opened(self, *args, **kwargs)
+
+    def remove(path: object, *args: object, **kwargs: object) -> None:
+        open_at_removal.extend(w for w in writers if w.all_writers is not None)
+        rmtree(path, *args, **kwargs)
+
+    rmtree = shutil.rmtree
+    monkeypatch.setattr(SummaryWriter, "__init__", recorded)
+    monkeypatch.setattr("project.engine.cli.shutil.rmtree", remove)
     # profile.yaml stops at 40 optimizer steps; 5 of warm-up + 50 profiled would never reach the report.
     with pytest.raises(SystemExit) as exit_:
         main(["fit", "--config", DIGITS, "--config", PROFILE, f"--trainer.logger.init_args.save_dir={tmp_path}",
@@ -198,6 +219,7 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
     assert ("error: trainer.callbacks.steps=50: ProfileSteps profiles optimizer steps 5..54, but the run stops at "
             "trainer.max_steps=40; give --trainer.max_steps=55") in capsys.readouterr().err  # fmt: skip
     assert not any((tmp_path / "profile").iterdir())  # no run directory left behind
+    assert writers and not open_at_removal
 
 
 @pytest.mark.slow

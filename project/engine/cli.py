@@ -49,6 +49,8 @@ _TRAINER_HPARAMS = (
 # Checkpoint paths Lightning resolves itself rather than reading a file.
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
 
+PACKAGE = str(__package__).partition(".")[0]  # the top package (a renamed copy names its own)
+
 
 class SaveConfig(SaveConfigCallback):
     """Lightning's config saver, for ``fit`` only (validate/test/predict of a run must not start a new run
@@ -72,6 +74,11 @@ class SaveConfig(SaveConfigCallback):
         # error sentence), is never removed.
         ours = all(_written_at_start(p.name) for p in files)
         if ours and not any(p.suffix == ".ckpt" for p in files):
+            # The loggers first (Lightning finalizes them again after this hook, harmlessly): TensorBoard's writer
+            # thread could otherwise still be writing its event file into the removed directory, and its error
+            # would replace the one-sentence refusal.
+            for logger in trainer.loggers:
+                logger.finalize("failed")
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -493,7 +500,7 @@ def main(args: list[str] | None = None) -> None:
         if stop.rank == 0:
             run = stop.checkpoint.parent.parent
             print(
-                f"Interrupted by {stop}. Resume with: make resume RUN={run}  (or: python -m project fit "
+                f"Interrupted by {stop}. Resume with: make resume RUN={run}  (or: python -m {PACKAGE} fit "
                 f"--config {run}/config.yaml --ckpt_path {stop.checkpoint})",
                 file=sys.stderr,
             )

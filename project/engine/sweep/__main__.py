@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "project.engine.sweep.workers", str(sweep_dir), str(i)],
+            [sys.executable, "-m", f"{__package__}.workers", str(sweep_dir), str(i)],  # the package's own name
             env={**os.environ, **({"CUDA_VISIBLE_DEVICES": gpus} if gpus is not None else {})},
         )
         for i, gpus in enumerate(gpu_groups(args.workers))

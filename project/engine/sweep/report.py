@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from project.engine.runs import columns
 from project.engine.sweep.spec import shown
 
-SWEEP_CALLBACK = "project.engine.sweep.trial.SweepTrial"
+SWEEP_CALLBACK = f"{__package__}.trial.SweepTrial"  # named from this package: a renamed copy still finds it
 
 
 def table(study: optuna.Study, spec: Namespace) -> str:

@@ -79,17 +79,20 @@ def reap(study: optuna.Study) -> list[int]:
     return reaped
 
 
+PACKAGE = str(__package__).partition(".")[0]  # the template's top package, whatever your copy renamed it to
+
+
 def trial_command(sweep_dir: Path, spec: Namespace, number: int, params: dict[str, Any]) -> list[str]:
     """The trial's ``fit``: the sweep's configs and args, its own run directory, the reporting callback, and the
     trial's values last (they win over anything before them)."""
     return [
-        sys.executable, "-m", "project", "fit",
+        sys.executable, "-m", PACKAGE, "fit",
         *(a for c in spec.configs for a in ("--config", c)),
         *spec.args,
         f"--trainer.logger.init_args.save_dir={sweep_dir.parent}",
         f"--trainer.logger.init_args.name={sweep_dir.name}",
         f"--trainer.logger.init_args.version=trial_{number}",
-        "--trainer.callbacks+=project.engine.sweep.trial.SweepTrial",
+        f"--trainer.callbacks+={__package__}.trial.SweepTrial",
         f"--trainer.callbacks.sweep_dir={sweep_dir}",
         f"--trainer.callbacks.trial={number}",
         *(flag(k, v) for k, v in params.items()),
