@@ -211,7 +211,7 @@ MUTANTS = (
            'read_table(path, "data.predict_path", as_text=carried)', 'read_table(path, "data.predict_path")',
            (ID_COLUMNS,)),
     Mutant("the-checkpoint-keeps-the-examples-targets", "project/engine/datamodule.py",
-           '"example_targets": self.examples()[1],', "",
+           '"example_targets": targets,', "",
            (NOTEBOOK_ON_A_COPY,)),
     Mutant("the-refused-runs-loggers-close-before-its-directory-goes", "project/engine/cli.py",
            'logger.finalize("failed")', "pass",

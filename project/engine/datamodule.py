@@ -441,11 +441,12 @@ class DataModule(L.LightningDataModule):
     # loader was built early, as configure_optimizers does by reading estimated_stepping_batches. The
     # normalisation travels the same way, so test/predict/export of a checkpoint use the statistics it trained with.
     def state_dict(self) -> dict[str, Any]:
+        examples, targets = self.examples()
         state: dict[str, Any] = {
             "normalization": self.normalization,
             "learned": {name: getattr(self, name) for name in self.learned},
-            "examples": self.examples()[0],
-            "example_targets": self.examples()[1],
+            "examples": examples,
+            "example_targets": targets,
         }
         if self._train_loader is not None:
             state["train_loader"] = self._train_loader.state_dict()
