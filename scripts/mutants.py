@@ -37,16 +37,16 @@ TOKENS_ACCUMULATION = (
 )
 PORTABLE_RUN = "tests/test_contract.py::test_a_copied_run_predicts_and_exports_without_its_training_data"
 TABLE_ENCODING = (
-    "tests/test_datamodules.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
+    "tests/test_table.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
 )
 CONFIGURED_MONITOR = (
-    "tests/test_tasks.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
+    "tests/test_classification.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
 )
-ID_COLUMNS = "tests/test_datamodules.py::test_the_prediction_file_carries_the_id_columns_as_written_in_input_order"
+ID_COLUMNS = "tests/test_table.py::test_the_prediction_file_carries_the_id_columns_as_written_in_input_order"
 NOTEBOOK_ON_A_COPY = (
     "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
 )
-CLASS_WEIGHTS = "tests/test_tasks.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
+CLASS_WEIGHTS = "tests/test_classification.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
 MUTANTS = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -109,7 +109,7 @@ MUTANTS = (
     Mutant("best-checkpoint-follows-the-tasks-metric", "project/engine/monitored.py",
            "            self.monitor, self.mode = _judged_by(pl_module)\n            self.kth_value",
            '            self.monitor, self.mode = "val/loss", "min"\n            self.kth_value',
-           ("tests/test_tasks.py::test_the_regressor_is_judged_and_predicts_in_its_targets_units",)),
+           ("tests/test_regression.py::test_the_regressor_is_judged_and_predicts_in_its_targets_units",)),
     Mutant("distributed-sampler-refused", "project/engine/cli.py",
            "        if trainer.use_distributed_sampler:", "        if False:",
            ("tests/test_config.py::test_bad_input_exits_non_zero_naming_the_key",)),

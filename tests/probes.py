@@ -11,11 +11,10 @@ import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from toy import Classifier, Digits
 
-from project.data import DigitsDataModule
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.provenance import Provenance
-from project.tasks import Classifier
 
 
 class RecordingDataset(Dataset):
@@ -306,7 +305,7 @@ class _Jittered(Dataset):
         return x + float(np.random.normal(0.0, 0.05)) + random.uniform(-0.05, 0.05), y
 
 
-class JitteredDigits(DigitsDataModule):
+class JitteredDigits(Digits):
     """Digits whose training samples are jittered with NumPy's and Python's global RNGs, as an augmentation
     written with ``np.random``/``random`` and loaded without workers (in the training process) would be."""
 

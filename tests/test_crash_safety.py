@@ -22,7 +22,7 @@ from project.engine.cli import CLI, main
 
 # A wide MLP: a ~13 MB checkpoint takes long enough to write that a kill can be aimed into the write.
 KILL_RUN = (
-    "--model.net=project.nets.MLP", "--model.net.init_args.hidden=1024", "--trainer.max_epochs=5",
+    "--model.net=toy.MLP", "--model.net.init_args.hidden=1024", "--trainer.max_epochs=5",
     "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2",  # 5 epochs x 20 batches = 100 steps
 )  # fmt: skip
 
@@ -154,7 +154,7 @@ def test_every_checkpoint_written_loads_with_weights_only(trained_run: Path) -> 
     for path in sorted((trained_run / "checkpoints").glob("*.ckpt")):
         checkpoint = torch.load(path, weights_only=True)
         assert {"state_dict", "optimizer_states", "lr_schedulers", "loops", "rng_states"} <= checkpoint.keys()
-        assert checkpoint["DigitsDataModule"]["train_loader"] == {"epoch": 0, "batches": 5}
+        assert checkpoint["Digits"]["train_loader"] == {"epoch": 0, "batches": 5}
 
 
 class Payload:

@@ -5,13 +5,13 @@ import os
 import pytest
 import torch
 from sklearn.datasets import load_digits
+from toy import Digits
 
-from project.data import DigitsDataModule
 from project.engine.datamodule import UnpaddedDistributedSampler
 
 
-def _datamodule(**kwargs: object) -> DigitsDataModule:
-    dm = DigitsDataModule(**kwargs)  # type: ignore[arg-type]
+def _datamodule(**kwargs: object) -> Digits:
+    dm = Digits(**kwargs)  # type: ignore[arg-type]
     dm.setup("fit")
     return dm
 

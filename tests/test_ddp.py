@@ -18,9 +18,7 @@ import torch.nn.functional as F
 import yaml
 from conftest import DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, scalars, scratch_dir
 from test_mechanics import expected_lr
-
-from project.nets import ConvNet
-from project.tasks import Classifier
+from toy import Classifier, ConvNet
 
 # Odd-sized val and test splits (ceil(1797 * 0.105) = 189 each), so 2 ranks get 95 + 94 samples: a padding
 # sampler would evaluate one sample twice. 1797 - 2 * 189 = 1419 training samples.

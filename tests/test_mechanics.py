@@ -12,12 +12,10 @@ import yaml
 from conftest import DIGITS, fit, scalars
 from lightning.pytorch.plugins import MixedPrecision
 from probes import InfGradAt, Recorder
+from toy import Classifier, ConvNet, Digits
 
-from project.data import DigitsDataModule
 from project.engine.cli import CLI
 from project.engine.schedule import planned_steps
-from project.nets import ConvNet
-from project.tasks import Classifier
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of tests/configs/digits.yaml
 
@@ -143,7 +141,7 @@ def _fp16_scaled_fit(clip: float | None, *extra: L.Callback) -> tuple[Recorder, 
     flag turns into bf16 on CPU); returns the fp32 reference norm of the first step's gradient too."""
     L.seed_everything(0)
     model = Classifier(net=ConvNet((1, 8, 8), 10, dropout=0.0), target_names=[str(d) for d in range(10)])
-    dm = DigitsDataModule(batch_size=64)
+    dm = Digits(batch_size=64)
     dm.setup("fit")
     x, y = next(iter(dm.train_dataloader()))
     reference = copy.deepcopy(model)
@@ -299,10 +297,10 @@ def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
 
 
 def test_weight_decay_applies_to_weight_matrices_and_kernels_only(tmp_path: Path) -> None:
-    # The ResNet has convolutions, a linear head, BatchNorm and biases: AdamW's decoupled decay must reach the
+    # toy.BackboneNet has a convolution, a linear head, BatchNorm and biases: AdamW's decoupled decay must reach the
     # conv kernels and linear weights, and never a bias or a norm's weight (decaying those to 0 shrinks the
     # activations' scale for nothing), and every parameter is in exactly one group.
-    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--model.net=project.nets.ResNet")
+    cli = fit(tmp_path, "--trainer.fast_dev_run=true", "--model.net=toy.BackboneNet")
     names = {id(p): n for n, p in cli.model.named_parameters()}
     decay, no_decay = cli.trainer.optimizers[0].param_groups
     decayed, not_decayed = {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}

@@ -17,10 +17,10 @@ from conftest import DEBUG, DIGITS, ROOT, fit, free_port, run_module, scalars
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
+from toy import Classifier
 
 from project.engine import dashboard
 from project.engine.cli import main
-from project.tasks import Classifier
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -99,7 +99,7 @@ def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) 
     fit(tmp_path, "--model.lr=0.002", configs=(DIGITS, DEBUG))
     values, metrics = _hparams_plugin(tmp_path / "debug" / "version_0")
     assert values["model.lr"] == pytest.approx(0.002)
-    assert values["model.net.class_path"] == "project.nets.ConvNet"
+    assert values["model.net.class_path"] == "toy.ConvNet"
     assert values["data.batch_size"] == 64 and values["trainer.precision"] == "32-true"
     assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss"}
 

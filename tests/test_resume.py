@@ -52,8 +52,7 @@ def _interrupted_then_resumed(
     return run
 
 
-FROZEN_FOR_AN_EPOCH = ("--model.net=project.nets.ResNet", "--model.net.init_args.width=8",
-                       "--model.net.init_args.stages=2", "--model.freeze_backbone=1",
+FROZEN_FOR_AN_EPOCH = ("--model.net=toy.BackboneNet", "--model.freeze_backbone=1",
                        "--model.backbone_lr_scale=0.1")  # fmt: skip
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
@@ -74,7 +73,7 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
         None,
         {"step": 14, "signal": int(signal.SIGINT)},
         0,
-        ("--config", FP16_CPU, "--model.net=project.nets.MLP"),
+        ("--config", FP16_CPU, "--model.net=toy.MLP"),
     ),
     # A ResNet whose backbone is frozen in epoch 0 (BatchNorm too) and at a tenth of the LR: killed as epoch 1
     # starts, the resumed process unfreezes it, with the optimizer's groups and the schedule of the straight run.

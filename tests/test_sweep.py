@@ -30,7 +30,7 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
     spec = {
         "configs": [DIGITS],
         "args": [
-            f"--trainer.logger.init_args.save_dir={logs}", "--trainer.max_epochs=4", "--model.net=project.nets.MLP",
+            f"--trainer.logger.init_args.save_dir={logs}", "--trainer.max_epochs=4", "--model.net=toy.MLP",
             "--trainer.enable_progress_bar=false", "--trainer.limit_train_batches=10",
         ],
         "trials": TRIALS,
@@ -220,7 +220,7 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
 def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
     # Trial 0 holds between its first two epochs until it is told to stop: the Ctrl-C lands mid-trial.
     args = [f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}", "--trainer.max_epochs=4",
-            "--model.net=project.nets.MLP", "--trainer.enable_progress_bar=false", "--trainer.callbacks+=probes.Hold",
+            "--model.net=toy.MLP", "--trainer.enable_progress_bar=false", "--trainer.callbacks+=probes.Hold",
             f"--trainer.callbacks.release={tmp_path / 'never'}"]  # fmt: skip
     spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", trials=2, args=args)
     proc = sweep(spec)

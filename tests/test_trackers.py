@@ -23,7 +23,7 @@ WANDB = str(ROOT / "configs" / "loggers" / "wandb.yaml")
 # process has logged steps 10 and 11, which the resumed one logs again.
 SHORT = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
          "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1", "--trainer.enable_progress_bar=false",
-         "--model.net=project.nets.MLP")  # fmt: skip
+         "--model.net=toy.MLP")  # fmt: skip
 CRASH = ("--trainer.callbacks+=probes.CrashAt", "--trainer.callbacks.step=12")
 
 
@@ -95,7 +95,7 @@ def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
 
     params = mlflow_run.data.params  # the flattened resolved config
     assert params["model.lr"] == "0.003" and params["data.batch_size"] == "64"
-    assert params["model.net.class_path"] == "project.nets.MLP" and params["trainer.max_epochs"] == "3"
+    assert params["model.net.class_path"] == "toy.MLP" and params["trainer.max_epochs"] == "3"
     provenance = json.loads((run / "provenance.json").read_text())["segments"]
     tags = mlflow_run.data.tags
     assert (
@@ -216,7 +216,7 @@ def test_a_run_and_its_resume_are_one_wandb_run_offline_with_every_step_once(
     expected = scalars(run)["train/loss"]
     assert [s for s, _ in steps] == list(range(15)) == [s for s, _ in expected]  # every step once
     assert [v for _, v in steps] == pytest.approx([v for _, v in expected], rel=1e-6)
-    assert config["model.lr"] == 0.003 and config["model.net.class_path"] == "project.nets.MLP"  # the config
+    assert config["model.lr"] == 0.003 and config["model.net.class_path"] == "toy.MLP"  # the config
     provenance = json.loads((run / "provenance.json").read_text())["segments"][-1]
     assert config["tags/git.commit"] == provenance["git"]["commit"] and config["tags/segment"] == 1
     assert "test/acc" in summary and summary["trainer/global_step"] == 15

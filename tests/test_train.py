@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from conftest import DEBUG, DIGITS, accuracy, fit, scalars
-
-from project.tasks import Classifier
+from toy import Classifier
 
 EXPECTED_TAGS = {
     "train/loss", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW/pg1", "lr-AdamW/pg2", "train/grad_norm",
@@ -35,8 +34,8 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     # The resolved config is saved beside the logs and reflects the override.
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["max_epochs"] == 2
-    assert config["model"]["init_args"]["net"]["class_path"] == "project.nets.ConvNet"
-    assert config["data"]["class_path"] == "project.data.DigitsDataModule"
+    assert config["model"]["init_args"]["net"]["class_path"] == "toy.ConvNet"
+    assert config["data"]["class_path"] == "toy.Digits"
     assert config["data"]["init_args"]["batch_size"] == 64
 
     logged = scalars(run)
@@ -89,7 +88,7 @@ def test_a_second_run_gets_its_own_directory(tmp_path: Path) -> None:
 
 
 def test_hand_built_model_keeps_only_plain_hparams() -> None:
-    from project.nets import MLP
+    from toy import MLP
 
     model = Classifier(net=MLP((1, 8, 8), 10, hidden=16), target_names=[str(d) for d in range(10)], lr=0.01)
     assert "net" not in model.hparams

@@ -140,8 +140,8 @@ class Task(L.LightningModule):
         if (freeze_backbone or backbone_lr_scale != 1.0) and not isinstance(getattr(net, "backbone", None), nn.Module):
             raise ConfigError(
                 f"model.freeze_backbone={freeze_backbone!r}, model.backbone_lr_scale={backbone_lr_scale!r}: "
-                f"{type(net).__name__} declares no backbone (a submodule named 'backbone'); nets that do: "
-                "project.nets.ResNet, project.backbones.TimmNet."
+                f"{type(net).__name__} declares no backbone: a net to fine-tune names its pretrained part "
+                "self.backbone (a submodule) and the rest, trained from the start, anything else."
             )
         # Under LightningCLI the saved hparams are the config, ``net`` as class_path/init_args: plain data that
         # loads with weights_only=True and lets load_from_checkpoint rebuild the net. Built by hand, ``net`` is a

@@ -1,0 +1,10 @@
+"""The multi-label example (project/tasks/multilabel.py): the one-file custom task the README shows."""
+
+from conftest import ROOT
+
+
+def test_the_custom_task_is_one_short_file_shown_verbatim_in_the_readme() -> None:
+    source = (ROOT / "project" / "tasks" / "multilabel.py").read_text()
+    assert len(source.splitlines()) <= 60
+    body = source.split('"""', 2)[2].lstrip("\n")  # the file without its docstring
+    assert f"```python\n{body}```" in (ROOT / "README.md").read_text(), "README's custom task differs from the file"
