@@ -36,9 +36,7 @@ TOKENS_ACCUMULATION = (
     "tests/test_tokens.py::test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_closed_form"
 )
 PORTABLE_RUN = "tests/test_contract.py::test_a_copied_run_predicts_and_exports_without_its_training_data"
-TABLE_ENCODING = (
-    "tests/test_table.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
-)
+TABLE_ENCODING = "tests/test_table.py::test_categories_and_missing_values_are_learned_from_the_training_split_alone"
 CONFIGURED_MONITOR = (
     "tests/test_classification.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
 )
