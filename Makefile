@@ -22,8 +22,12 @@ EXTRAS ?=
 MLFLOW_PORT ?= 5000
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
 LOCKED ?=
+# make new-project: the new repository's folder (new or empty), beside this checkout by default.
+DEST ?= ../$(NAME)
 
 VENV := .venv
+# The package (its folder and import name; scripts/new_project.py renames it in a repository of your own).
+PACKAGE := project
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
 # The tests also run the trackers against a real MLflow server and W&B offline: their extras (~460 MB, ~25 s) are
@@ -32,14 +36,14 @@ TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
-	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)'"
+	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST)"
 
 # Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
@@ -47,6 +51,10 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
 	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
 	touch $@
+
+new-project: ## your own repository: a copy of this one with the package renamed to NAME, in DEST, one commit
+	@test -n "$(NAME)" || { echo "error: NAME= the new package's name, e.g. make new-project NAME=churn" >&2; exit 2; }
+	$(PYTHON) scripts/new_project.py --name $(NAME) --dest $(DEST)
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
 	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')
@@ -128,10 +136,10 @@ notebooks: $(INSTALLED) ## open JupyterLab on 127.0.0.1 (installs jupyterlab int
 	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install jupyterlab
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT_NB) --notebook-dir notebooks
 
-lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on project/
-	$(BIN)/ruff check project tests benchmarks scripts
-	$(BIN)/ruff format --check project tests benchmarks scripts
-	$(BIN)/mypy project
+lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on the package
+	$(BIN)/ruff check $(PACKAGE) tests benchmarks scripts
+	$(BIN)/ruff format --check $(PACKAGE) tests benchmarks scripts
+	$(BIN)/mypy $(PACKAGE)
 
 hooks: $(INSTALLED) ## install the git pre-commit hook (.pre-commit-config.yaml: make lint + notebook/large-file/conflict guards)
 	$(BIN)/pre-commit install
@@ -143,8 +151,8 @@ lock: $(INSTALLED) ## write constraints.txt from .venv (after make test passes o
 		| grep -v -E '^(nvidia-|triton==|cuda-)'; } > constraints.txt
 
 format: $(INSTALLED) ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix project tests benchmarks scripts
-	$(BIN)/ruff format project tests benchmarks scripts
+	$(BIN)/ruff check --fix $(PACKAGE) tests benchmarks scripts
+	$(BIN)/ruff format $(PACKAGE) tests benchmarks scripts
 
 clean: ## remove caches and build leftovers (keeps logs/ and .venv/)
 	rm -rf .pytest_cache .ruff_cache .mypy_cache build *.egg-info

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from project.engine.cli import CLI
+from project.engine.cli import CLI, PACKAGE
 from project.engine.runs import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the ima
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 _MAKEFILE_VARIABLES = (
     "ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC", "SWEEP", "WORKERS",
-    "TEST_WORKERS", "LOCKED", "NAME", "LOGS",
+    "TEST_WORKERS", "LOCKED", "NAME", "LOGS", "DEST",
 )  # fmt: skip
 
 
@@ -223,7 +223,7 @@ def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> sub
         "MASTER_PORT": str(free_port()),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "project", *args],
+        [sys.executable, "-m", PACKAGE, *args],
         cwd=cwd or scratch_dir(),
         env=env,
         stdout=subprocess.PIPE,

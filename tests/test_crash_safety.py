@@ -28,7 +28,8 @@ KILL_RUN = (
 
 
 def _start(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_PORT": str(free_port())}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_PORT": str(free_port()),
+           "PYTHONPATH": PYTHONPATH}  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-m", "project", "fit", *args],
         cwd=scratch_dir(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
@@ -104,7 +105,7 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int
     save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "project", "fit", "--config", DIGITS, save_dir],
-        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE,
+        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH}, stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
     run = tmp_path / "digits" / "version_0"
@@ -242,7 +243,7 @@ def test_overriding_a_model_hyperparameter_on_resume_is_an_error(
 @pytest.mark.slow
 def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp_path: Path) -> None:
     make = ["make", "--no-print-directory", "-s", "-C", str(ROOT), "resume"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH}
     empty = subprocess.run([*make, f"RUN={tmp_path / 'nothing'}"], capture_output=True, text=True, env=env)
     assert empty.returncode == 2 and "no run to resume" in empty.stderr
 

@@ -13,14 +13,15 @@ from PIL import Image
 from project.engine.cli import main
 
 pytestmark = pytest.mark.slow
-CLASSIFICATION = str(ROOT / "configs" / "tasks" / "classification.yaml")  # the shipped Classifier on the digits
+# The shipped Classifier on the shipped digits DataModule, over the engine tests' config.
+EXAMPLE = (str(ROOT / "configs" / "tasks" / "classification.yaml"), str(ROOT / "configs" / "data" / "digits.yaml"))
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("trained")
     fit(base, "--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_test_batches=1.0",
-        configs=(DIGITS, CLASSIFICATION, DEBUG))  # fmt: skip
+        configs=(DIGITS, *EXAMPLE, DEBUG))  # fmt: skip
     return base / "debug" / "version_0"
 
 

@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DIGITS, ROOT, scratch_dir, wait_or_kill
+from conftest import DIGITS, PYTHONPATH, ROOT, scratch_dir, wait_or_kill
 
 
 @pytest.mark.slow
 def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON_BIN": sys.executable, "GPU_CHECK_OUT": str(tmp_path / "results"),
            "GPU_CHECK_LOGS": str(tmp_path / "logs"), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-           "GPU_CHECK_CONFIG": DIGITS}  # the engine tests' own run, whatever configs/default.yaml selects  # fmt: skip
+           "GPU_CHECK_CONFIG": DIGITS, "PYTHONPATH": PYTHONPATH}  # the engine tests' own run  # fmt: skip
     proc = subprocess.Popen(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu"], cwd=scratch_dir(), env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

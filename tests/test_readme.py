@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from project.engine.cli import PACKAGE
+
 README = (ROOT / "README.md").read_text()
 
 
@@ -67,8 +69,8 @@ def test_the_makefile_section_names_every_target_and_variable() -> None:
 
 
 def test_every_module_the_readme_runs_or_imports_exists() -> None:
-    modules = set(re.findall(r"python -m (project[\w.]*)", README)) | set(
-        re.findall(r"from (project[\w.]*) import", README)
+    modules = set(re.findall(rf"python -m ({PACKAGE}[\w.]*)", README)) | set(
+        re.findall(rf"from ({PACKAGE}[\w.]*) import", README)
     )
     absent = [m for m in sorted(modules) if not (ROOT / (m.replace(".", "/") + ".py")).is_file()
               and not (ROOT / m.replace(".", "/") / "__init__.py").is_file()]  # fmt: skip

@@ -81,12 +81,17 @@ class MLP(nn.Module):
 
 
 class ConvNet(nn.Module):
-    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, channels: int = 16, dropout: float = 0.1):
+    """Two 3x3 convolutions and a 2x2 max-pool, then a linear layer (the shipped ConvNet's layers: the engine
+    tests' thresholds, e.g. the loss halved in 2 epochs, were set on it)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, channels: int = 32, dropout: float = 0.1):
         super().__init__()
         c, h, w = input_shape
-        flat = channels * (h // 2) * (w // 2)
-        self.layers = nn.Sequential(nn.Conv2d(c, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                                    nn.Dropout(dropout), nn.Linear(flat, num_outputs))  # fmt: skip
+        self.layers = nn.Sequential(
+            nn.Conv2d(c, channels, 3, padding=1), nn.ReLU(), nn.Conv2d(channels, 2 * channels, 3, padding=1),
+            nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Dropout(dropout),
+            nn.Linear(2 * channels * (h // 2) * (w // 2), num_outputs),
+        )  # fmt: skip
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x)
