@@ -24,6 +24,8 @@ MLFLOW_PORT ?= 5000
 LOCKED ?=
 # make new-project: the new repository's folder (new or empty), beside this checkout by default.
 DEST ?= ../$(NAME)
+# make new-project: the shipped examples to copy (scripts/shipped_examples.py), e.g. KEEP="table regression"; all, none.
+KEEP ?= all
 
 VENV := .venv
 # The package (its folder and import name; scripts/new_project.py renames it in a repository of your own).
@@ -43,7 +45,7 @@ help: ## list the targets
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
-	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST)"
+	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST) KEEP='$(KEEP)'"
 
 # Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
@@ -52,9 +54,9 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
 	touch $@
 
-new-project: ## your own repository: a copy of this one with the package renamed to NAME, in DEST, one commit
+new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
 	@test -n "$(NAME)" || { echo "error: NAME= the new package's name, e.g. make new-project NAME=churn" >&2; exit 2; }
-	$(PYTHON) scripts/new_project.py --name $(NAME) --dest $(DEST)
+	$(PYTHON) scripts/new_project.py --name $(NAME) --dest $(DEST) $(if $(KEEP),--keep $(KEEP))
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
 	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')

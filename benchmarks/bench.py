@@ -44,6 +44,9 @@ import torch.nn.functional as F
 import project  # noqa: F401  (before Lightning, which imports torchvision: see project/__init__.py)
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from shipped_examples import present  # noqa: E402  (the shipped examples this repository still has)
+
 CONFIG = str(ROOT / "configs" / "default.yaml")
 # The sequence workload's text: the standard library's email package (~380 KB of Python, on every machine).
 _EMAIL = str(Path(sysconfig.get_paths()["stdlib"]) / "email")
@@ -63,6 +66,8 @@ WORKLOADS = {
                           "--data.suffixes=[.py]", "--trainer.max_steps=-1", "--trainer.val_check_interval=1.0",
                           "--trainer.check_val_every_n_epoch=1"], "epochs": 3},
 }  # fmt: skip
+if not present("language_model"):  # deleted from this repository: no sequence workload
+    del WORKLOADS["sequence"]
 # The decomposition (--parts): each of the template's pieces, added one at a time to a bare Lightning fit of the same
 # task and data, in this order, all in one process per workload. "template" is the whole trainer the CLI builds.
 PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressBar", "TaskCheckpoint", "LastCheckpoint",
@@ -714,7 +719,7 @@ def main() -> None:
                 f"{statistics.median(stall[name]['stall_ms']):7.1f} ms per save (each: {stall[name]['stall_ms']})"
             )
         print(f"(the blocking writer writes {stall['atomic']['mb_per_s']:.0f} MB/s here, fsync included)\n")
-    table = table_loading(args.table_rows, args.repeats) if args.table_rows else None
+    table = table_loading(args.table_rows, args.repeats) if args.table_rows and present("table") else None
     if table:
         print(f"table loading, {table['rows']} rows x 30 columns ({table['csv_mb']:.0f} MB of CSV), fresh processes:")
         for name in ("pyarrow/csv", "template/csv", "pyarrow/parquet", "template/parquet"):

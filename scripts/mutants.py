@@ -45,7 +45,7 @@ NOTEBOOK_ON_A_COPY = (
     "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
 )
 CLASS_WEIGHTS = "tests/test_classification.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
-MUTANTS = (
+SHIPPED = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
            ("tests/test_schedule.py",)),
@@ -218,6 +218,16 @@ MUTANTS = (
            "weight=self.class_weights, reduction", "weight=None, reduction",
            (CLASS_WEIGHTS,)),
 )  # fmt: skip
+
+
+def _here(mutant: Mutant) -> Mutant | None:
+    """The mutant with only the tests this repository has (an example deleted: its files and tests go with it);
+    None when its file or every one of its tests is gone."""
+    tests = tuple(t for t in mutant.tests if (ROOT / t.partition("::")[0]).is_file())
+    return mutant._replace(tests=tests) if tests and (ROOT / mutant.file).is_file() else None
+
+
+MUTANTS = tuple(m for m in map(_here, SHIPPED) if m is not None)
 
 
 def _copy_of_the_checkout(into: Path) -> Path:

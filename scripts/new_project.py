@@ -1,4 +1,4 @@
-"""Your own repository from this template: ``make new-project NAME=churn DEST=../churn``.
+"""Your own repository from this template: ``make new-project NAME=churn DEST=../churn KEEP="table regression"``.
 
 Copies the template's files (what git tracks, and new files git does not ignore: never .venv, logs or data), with
 the package (pyproject's ``name``: ``project`` in the template) renamed to NAME everywhere code names it (imports,
@@ -15,12 +15,16 @@ with one sentence, having written nothing.
 
 import argparse
 import importlib.util
+import json
 import keyword
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import guarantees
+import shipped_examples
 
 TEMPLATE = Path(__file__).resolve().parents[1]
 VERBATIM = ("scripts/new_project.py", "tests/test_new_project.py")
@@ -87,10 +91,96 @@ def check(old: str, name: str, dest: Path) -> None:
         raise Refused(f"DEST={str(dest)!r} exists and is not an empty folder: name a new one.")
 
 
-def new_project(name: str, dest: Path) -> Path:
+def kept_examples(keep: list[str] | None) -> list[str]:
+    """KEEP -> the examples to copy, with those they build on; a name that is none is refused."""
+    shipped = [n for n in shipped_examples.EXAMPLES if shipped_examples.present(n, TEMPLATE)]
+    if keep is None or keep == ["all"]:
+        return shipped
+    if keep == ["none"]:
+        return []
+    unknown = [n for n in keep if n not in shipped]
+    if unknown:
+        raise Refused(f"KEEP={' '.join(keep)!r}: {', '.join(unknown)} is no example of this template; the examples "
+                      f"are {', '.join(shipped)} (or all, or none).")  # fmt: skip
+    return shipped_examples.with_needs(keep)
+
+
+def _without_modules(init: Path, name: str, modules: list[str]) -> None:
+    """The package's ``__init__`` without the imports of deleted modules (and their names in ``__all__``)."""
+    if not init.is_file():
+        return
+    lines = []
+    for line in init.read_text().splitlines(keepends=True):
+        found = re.match(rf"from {name}\.([\w.]+) import ", line)
+        if not (found and found.group(1) in modules):
+            lines.append(line)
+    names = sorted(n.strip() for line in lines if (m := re.match(rf"from {name}\.[\w.]+ import (.+)", line))
+                   for n in m.group(1).split(","))  # fmt: skip
+    listed = f"__all__ = [{', '.join(map(json.dumps, names))}]"
+    if len(listed) > 120:  # as ruff formats it
+        listed = "__all__ = [\n" + "".join(f"    {json.dumps(n)},\n" for n in names) + "]"
+    text = re.sub(r"__all__ = \[.*?\](  # fmt: skip)?", lambda _: listed, "".join(lines), flags=re.S)
+    init.write_text(text)
+
+
+def _readme_without(readme: Path, removed: list[str], gone: list[str], dest: Path) -> None:
+    """README.md without the removed examples: their marked text; outside it, every table row and command line
+    that names one of their files (``gone``: paths in the new repository); and, in the guarantees table, their
+    tests: a row keeps the tests still here (none left: the row goes), and its mutants column is recomputed from
+    this repository's mutants (scripts/mutants.py keeps those whose file and tests are here)."""
+    text = readme.read_text()
+    for example in removed:
+        text = re.sub(rf"<!-- example: {example} -->.*?<!-- /example: {example} -->\n?", "", text, flags=re.S)
+    names = {n for f in gone for n in (f, Path(f).name if f.startswith("tests/test_") else f)}
+    names |= {f.removesuffix(".py").replace("/", ".") for f in gone if f.endswith(".py") and not f.startswith("tests/")}
+    start, end = guarantees.section_bounds(text)
+    kept_lines, fenced, offset = [], False, 0
+    for line in text.splitlines(keepends=True):
+        fenced ^= line.startswith("```")
+        table_or_code = line.startswith("|") or (fenced and not line.startswith("```"))
+        names_one = any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)
+        if not (table_or_code and names_one and not start <= offset < end):  # the guarantees table: below
+            kept_lines.append(line)
+        offset += len(line)
+    text = "".join(kept_lines)
+    spec = importlib.util.spec_from_file_location("_new_mutants", dest / "scripts" / "mutants.py")
+    assert spec is not None and spec.loader is not None
+    mutants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutants)
+    start, end = guarantees.section_bounds(text)
+    lines, previous = [], set()
+    for line in text[start:end].splitlines(keepends=True):
+        if (cells := guarantees.split_row(line)) is None:
+            lines.append(line)
+            continue
+        promise, tests, _ = cells
+        kept = [t for t in re.findall(r"`[^`]+`", tests) if _test_here(t, dest, tests)]
+        cell = ", ".join(kept) if not tests.startswith("same test") else tests
+        previous = guarantees.refs_in_cell(cell, previous)
+        if not previous:
+            continue
+        named = [f"`{m.name}`" for m in mutants.MUTANTS if guarantees.guards(m.tests, previous)]
+        lines.append(f"| {promise} | {cell} | {', '.join(named) or guarantees.NONE_YET} |\n")
+    readme.write_text(text[:start] + "".join(lines) + text[end:])
+
+
+def _test_here(token: str, dest: Path, cell: str) -> bool:
+    """A token of a tests cell names a test file this repository has (``...::name``: the file before it)."""
+    if token.startswith("`...::"):
+        before = cell[: cell.index(token)]
+        files = re.findall(r"`(test_\w+\.py)", before)
+        return bool(files) and (dest / "tests" / files[-1]).is_file()
+    found = re.match(r"`(test_\w+\.py)", token)
+    return found is None or (dest / "tests" / found.group(1)).is_file()
+
+
+def new_project(name: str, dest: Path, keep: list[str] | None = None) -> Path:
     old = package_name()
     check(old, name, dest)
-    files = template_files()
+    kept = kept_examples(keep)
+    removed = [n for n in shipped_examples.EXAMPLES if n not in kept]
+    left_out = {f for n in removed for f in shipped_examples.EXAMPLES[n].files}
+    files = [f for f in template_files() if f not in left_out]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=TEMPLATE, capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=TEMPLATE, capture_output=True, text=True).stdout)
     dest.mkdir(parents=True, exist_ok=True)
@@ -107,9 +197,16 @@ def new_project(name: str, dest: Path) -> Path:
             continue
         target.write_text(rename(text, old, name, toml=relative == "pyproject.toml"), encoding="utf-8")
         shutil.copymode(source, target)
+    modules = [m for n in removed for m in shipped_examples.EXAMPLES[n].modules]  # "tasks.regression"
+    for part in ("tasks", "data"):
+        _without_modules(dest / name / part / "__init__.py", name, modules)
+    if removed:
+        gone = [rename(f, old, name) for f in sorted(left_out)]
+        _readme_without(dest / "README.md", removed, gone, dest)
     (dest / "template.toml").write_text(
         "# Where this repository came from (scripts/new_project.py wrote it): the template's checkout and commit.\n"
         f'source = "{TEMPLATE}"\ncommit = "{commit}"\ndirty = {str(dirty).lower()}\npackage = "{name}"\n'
+        f"examples = {json.dumps(kept)}\n"
     )
     git = ["git", "-c", "user.name=new-project", "-c", "user.email=new-project@localhost",
            "-c", "init.defaultBranch=main"]  # fmt: skip
@@ -125,9 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", required=True, help="the new package's name (a lower-case Python identifier)")
     parser.add_argument("--dest", required=True, type=Path, help="the new repository's folder (new or empty)")
+    parser.add_argument("--keep", nargs="+", help="the shipped examples to copy (default: all; none: no example)")
     args = parser.parse_args(argv)
     try:
-        dest = new_project(args.name, args.dest.resolve())
+        dest = new_project(args.name, args.dest.resolve(), args.keep)
     except Refused as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

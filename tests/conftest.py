@@ -28,13 +28,14 @@ TEXT_CLASSES = str(ROOT / "tests" / "configs" / "text_classification.yaml")  # o
 TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
+sys.path.insert(0, str(ROOT / "benchmarks"))  # bench: what the bench's tests check
 
 # What `make test ARGS=...` hands down: make exports its command-line variables and MAKEFLAGS to the recipe's
 # environment, and a nested `make resume` would read them back (ARGS= pytest flags given to the CLI).
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 _MAKEFILE_VARIABLES = (
     "ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC", "SWEEP", "WORKERS",
-    "TEST_WORKERS", "LOCKED", "NAME", "LOGS", "DEST",
+    "TEST_WORKERS", "LOCKED", "NAME", "LOGS", "DEST", "KEEP",
 )  # fmt: skip
 
 

@@ -39,6 +39,7 @@ from conftest import (
     scalars,
 )  # fmt: skip
 from probes import Recorder
+from shipped_examples import present
 
 from project.engine.cli import CLI, main
 from project.engine.datamodule import EXAMPLES, NORMALIZATION_SAMPLES, DataModule
@@ -47,7 +48,9 @@ from project.engine.runs import load_run
 from project.engine.task import IGNORE_INDEX, Task
 
 pytestmark = pytest.mark.slow
-SUBJECTS = ("default", "images", "regression", "multilabel", "segmentation", "language_model", "text_classification")
+# The user's default, then each shipped example this repository still has (deleting one removes its subject).
+EXAMPLE_SUBJECTS = ("images", "regression", "multilabel", "segmentation", "language_model", "text_classification")
+SUBJECTS = ("default", *(example for example in EXAMPLE_SUBJECTS if present(example)))
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
 
 

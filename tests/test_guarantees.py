@@ -3,66 +3,22 @@
 is counted, so that a new promise without one is a red test rather than a forgotten one."""
 
 import ast
-import re
-import sys
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
+import guarantees  # scripts/ (conftest puts it on the path)
 import mutants
+from conftest import ROOT
 
 # Rows whose promise no mutant breaks yet. It may only fall: give a new row a mutant (scripts/mutants.py) that its
 # test kills, or give an old one a mutant and lower this.
 UNGUARDED_AT_MOST = 47
-NONE_YET = "none yet"
-
-Ref = tuple[str, str | None]  # (test file, test function or None for the whole file)
 
 
-def guarantee_rows() -> list[tuple[str, set[Ref], list[str]]]:
-    """Each row of the guarantees table: (the promise, the tests it names, the mutants it names)."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## What the template guarantees")
-    section = readme[start : readme.index("\n## ", start + 5)]
-    rows, previous = [], set()
-    for line in section.splitlines():
-        if not line.startswith("| ") or line.startswith("| guarantee "):
-            continue
-        promise, tests, named = (cell.strip() for cell in line.strip("| ").rsplit(" | ", 2))
-        previous = refs_in_cell(tests, previous)
-        rows.append((promise, previous, [] if named == NONE_YET else re.findall(r"`([\w-]+)`", named)))
-    return rows
+def guarantee_rows() -> list[tuple[str, set[guarantees.Ref], list[str]]]:
+    return guarantees.guarantee_rows(ROOT / "README.md")
 
 
-def refs_in_cell(cell: str, previous: set[Ref]) -> set[Ref]:
-    """The tests a row's test cell names: ``test_x.py``, ``test_x.py::name[param]``, ``...::name`` (the file named
-    before it in the cell), and "same test" (the row above's)."""
-    found = set(previous) if cell.startswith("same test") else set()
-    file = None
-    for token in re.findall(r"`([^`]+)`", cell):
-        if match := re.fullmatch(r"(test_\w+\.py)(?:::(\w+))?(?:\[.*\])?", token):
-            file = match.group(1)
-            found.add((file, match.group(2)))
-        elif (match := re.fullmatch(r"\.\.\.::(\w+)(?:\[.*\])?", token)) and file:
-            found.add((file, match.group(1)))
-    return found
-
-
-def refs_of_mutant(mutant: mutants.Mutant) -> set[Ref]:
-    refs: set[Ref] = set()
-    for test in mutant.tests:
-        file, _, function = test.removeprefix("tests/").partition("::")
-        refs.add((file, function.split("[")[0] or None))
-    return refs
-
-
-def guards(mutant: mutants.Mutant, row_tests: set[Ref]) -> bool:
-    """The mutant runs a test the row names (the same function, or one of the file the row names whole)."""
-    return any(
-        file == theirs and (function is None or other is None or function == other)
-        for file, function in row_tests
-        for theirs, other in refs_of_mutant(mutant)
-    )
+def guards(mutant: mutants.Mutant, row_tests: set[guarantees.Ref]) -> bool:
+    return guarantees.guards(mutant.tests, row_tests)
 
 
 def test_every_test_a_guarantee_names_exists() -> None:

@@ -5,6 +5,7 @@ import csv
 import re
 from pathlib import Path
 
+import bench  # benchmarks/ (conftest puts it on the path)
 import numpy as np
 import pytest
 import torch
@@ -167,3 +168,13 @@ def test_a_bad_table_is_refused_naming_the_column_and_row(case: str, tmp_path: P
     path.write_text(text)
     with pytest.raises(ConfigError, match=re.escape(message)):
         CSVDataModule(path=str(path), **args)
+
+
+def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
+    csv_path, parquet_path = bench.write_table(500, tmp_path)
+    # 24 numbers, 3 of them with holes (an indicator each), and one-hot columns of 3 + 4 + 6 + 12 + 20 categories
+    encoded = (500, 24 + 3 + 3 + 4 + 6 + 12 + 20)
+    assert bench.load_table("pyarrow", str(csv_path))["shape"] == bench.load_table("pyarrow", str(parquet_path))[
+        "shape"] == (500, 30)  # fmt: skip
+    assert bench.load_table("template", str(csv_path))["shape"] == encoded
+    assert bench.load_table("template", str(parquet_path))["shape"] == encoded
