@@ -34,6 +34,7 @@ from conftest import (
     SEGMENTATION,
     TEXT_CLASSES,
     USER_DEFAULT,
+    default_data_missing,
     fit,
     run_module,
     scalars,
@@ -65,6 +66,8 @@ def subject(
     lines_csv: Path,
 ) -> tuple[str, ...]:
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
+    if request.param == "default" and (why := default_data_missing()):
+        pytest.skip(why)
     return {
         "default": ("--config", USER_DEFAULT),
         "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),

@@ -327,7 +327,8 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
            "SLURM_NTASKS_PER_NODE": "1", "SLURM_NTASKS": "2", "SLURM_NODELIST": "localhost",
            "SRUN_LOGS": str(logs), "SRUN_PIDS": str(tmp_path / "pids")}  # fmt: skip
     release = tmp_path / "release"
-    flags = ["--config", DIGITS, "--data.batch_size=16", *COMMON, f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
+    env["CONFIG"] = DIGITS  # the script's base config: the engine tests' own, not configs/default.yaml
+    flags = ["--data.batch_size=16", *COMMON, f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
              "--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={release}",
              "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.timeout=0:01:00",
              f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip

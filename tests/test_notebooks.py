@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT, USER_DEFAULT
+from conftest import ROOT, USER_DEFAULT, default_data_missing
 from nbclient import NotebookClient
 
 from project.engine.cli import CLI
@@ -48,6 +48,8 @@ def _images(notebook: nbformat.NotebookNode) -> int:
 def test_data_and_schedule_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     # The notebook shows what configs/default.yaml selects, whatever that is: the expectation comes from there too,
     # built where the notebook builds it (in the repository: relative data paths mean what they mean for make).
+    if why := default_data_missing():
+        pytest.skip(why)
     monkeypatch.chdir(ROOT)
     dm = CLI(["--config", USER_DEFAULT], run=False).datamodule
     dm.setup("fit")
