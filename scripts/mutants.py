@@ -44,6 +44,8 @@ ID_COLUMNS = "tests/test_table.py::test_the_prediction_file_carries_the_id_colum
 NOTEBOOK_ON_A_COPY = (
     "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
 )
+NEW_REPOSITORY = "tests/test_new_project.py::test_the_new_repository_is_the_template_renamed_in_one_commit"
+NEW_REPOSITORY_TESTS = "tests/test_new_project.py::test_the_new_repositorys_tests_pass_in_it"
 CLASS_WEIGHTS = "tests/test_classification.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
 SHIPPED = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
@@ -214,6 +216,21 @@ SHIPPED = (
     Mutant("the-refused-runs-loggers-close-before-its-directory-goes", "project/engine/cli.py",
            'logger.finalize("failed")', "pass",
            ("tests/test_observability.py::test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence",)),
+    Mutant("new-project-renames-module-paths", "scripts/new_project.py",
+           'r"(?<![\\w.-]){old}(?=\\.[A-Za-z_])",', 'r"(?!x)x",',
+           (NEW_REPOSITORY_TESTS,)),
+    Mutant("a-left-out-example-leaves-the-packages-imports", "scripts/new_project.py",
+           "        if not (found and found.group(1) in modules):", "        if True:",
+           (NEW_REPOSITORY,)),
+    Mutant("only-the-examples-that-are-there-count", "scripts/shipped_examples.py",
+           ") and all(present(n, root) for n in example.needs)", ") or True",
+           (NEW_REPOSITORY_TESTS,)),
+    Mutant("an-example-declares-what-builds-on-it", "scripts/shipped_examples.py",
+           '        needs=("images",),  # its tests and configs fine-tune on an image folder', "        needs=(),",
+           ("tests/test_shipped_examples.py::test_nothing_outside_an_example_names_its_code_or_its_configs",)),
+    Mutant("absent-default-data-is-named", "tests/conftest.py",
+           'if key in ("path", "root") and value is not None and not (ROOT / str(value)).exists():', "if False:",
+           ("tests/test_config.py::test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_sentence",)),
     Mutant("balanced-class-weights-weigh-the-loss", "project/tasks/classification.py",
            "weight=self.class_weights, reduction", "weight=None, reduction",
            (CLASS_WEIGHTS,)),
@@ -236,6 +253,10 @@ def _copy_of_the_checkout(into: Path) -> Path:
         if name and (ROOT / name).is_file():
             (into / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, into / name)
+    # A git checkout of its own, as yours is (provenance, `make new-project` and the suite's clean-tree check read it).
+    git = ["git", "-c", "user.name=mutants", "-c", "user.email=mutants@localhost"]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout, unmutated"]):
+        subprocess.run([*git, *step], cwd=into, check=True, capture_output=True)
     return into
 
 

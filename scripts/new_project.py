@@ -38,7 +38,7 @@ CODE_NAMES = [
     r"(?<=-m ){old}\b",
     r"(?<=\bimport ){old}\b",
     r"(?<=\bfrom ){old}\b",
-    r"(?<=[\"'`])(?<!\[[\"']){old}(?=[\"'`\[*])",  # not ["project"]: pyproject's table, read by a test
+    r"(?<=[\"'`]){old}(?=[\"'`\[*])",
     r"(?<=^PACKAGE := ){old}\b",
 ]
 # pyproject.toml's own tables ([project], [project.optional-dependencies], [project.scripts]) keep their names.
@@ -58,6 +58,12 @@ class Refused(Exception):
 
 
 def rename(text: str, old: str, name: str, toml: bool = False) -> str:
+    # ["project"] reads pyproject's [project] table (a test does), whose name stays.
+    table, kept = f'["{old}"]', "\0table\0"
+    return _rename(text.replace(table, kept), old, name, toml).replace(kept, table)
+
+
+def _rename(text: str, old: str, name: str, toml: bool) -> str:
     patterns = [re.compile(p.format(old=re.escape(old)), re.M) for p in CODE_NAMES]
     if toml:
         patterns.append(re.compile(rf"^{re.escape(old)}(?= = )"))  # the console script

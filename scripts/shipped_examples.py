@@ -91,6 +91,7 @@ EXAMPLES = {
             "configs/sweeps/finetune.yaml",
             "tests/test_timm.py",
         ),
+        needs=("images",),  # its tests and configs fine-tune on an image folder
     ),
 }
 

@@ -173,3 +173,17 @@ def test_warmup_longer_than_the_run_is_refused_and_leaves_no_run_behind(tmp_path
     assert result.returncode == 2
     assert "model.warmup resolves to 5 warmup steps, but the run has only 5 optimizer steps" in result.stderr
     assert not any((tmp_path / "debug").iterdir())
+
+
+def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import conftest
+
+    yours = tmp_path / "default.yaml"
+    yours.write_text("data:\n  class_path: project.data.CSVDataModule\n  init_args:\n    path: data/churn.csv\n")
+    monkeypatch.setattr(conftest, "USER_DEFAULT", str(yours))
+    why = conftest.default_data_missing()  # what the contract suite's default subject and the data notebook skip on
+    assert why is not None and why.startswith("configs/default.yaml reads data.path='data/churn.csv', which this")
+    yours.write_text(yours.read_text().replace("data/churn.csv", "configs/default.yaml"))  # a file that is there
+    assert conftest.default_data_missing() is None

@@ -494,8 +494,6 @@ def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
     task, dm = cli.model, cli.datamodule
     if not hasattr(task, "generate"):
         pytest.skip("a prediction of this task is one forward pass: test_predict_writes_the_tasks_columns...")
-    from project.data.text import decode, encode
-
     prompts = ["def main(", "import os"]
     (tmp_path / "prompts.txt").write_text("\n".join(prompts))
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
@@ -508,13 +506,14 @@ def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
     settings = task.temperature, task.max_new_tokens
     task.temperature, task.max_new_tokens = 0.0, 6  # what predict was given
     try:
-        for prompt, row in zip(prompts, rows, strict=True):
-            ids = torch.tensor([[256, *encode(prompt)]])
+        inputs = dm.load_predict_inputs(tmp_path / "prompts.txt")  # the prompts' ids, as predict read them
+        for i, row in enumerate(rows):
+            ids = inputs[i][0][None]
             with torch.inference_mode():
                 new = task.generate(ids)
                 logits = task(torch.cat([ids, new], 1))
             assert torch.equal(logits[0, ids.shape[1] - 1 : -1].argmax(-1), new[0])
-            assert row["generated"] == decode(new[0].tolist(), dm.vocabulary)
+            assert [row["generated"]] == task.prediction_table(new)[1][0]  # the task's own decoding
     finally:
         task.temperature, task.max_new_tokens = settings
     assert settings[1] != 6  # the checkpoint's own setting was another: predict's came from the command line

@@ -62,7 +62,10 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
             continue
         text = path.read_text()
         assert new_project.rename(text, PACKAGE, "churn", toml=relative == "pyproject.toml") == text, relative
-    assert 'name = "churn"' in (churn / "pyproject.toml").read_text()
+    pyproject = (churn / "pyproject.toml").read_text()
+    assert 'name = "churn"' in pyproject and 'include = ["churn*"]' in pyproject  # what pip installs
+    assert [line for line in pyproject.splitlines() if re.search(rf"\b{PACKAGE}\b", line)] == [
+        "[project]", "[project.optional-dependencies]", "[project.scripts]"]  # its tables' names only  # fmt: skip
     assert re.search(r"(?m)^PACKAGE := churn$", (churn / "Makefile").read_text())
 
 
@@ -73,7 +76,8 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
     stub = tmp_path / "blocked" / PACKAGE
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text(f"raise ImportError('the template\\'s package {PACKAGE} was imported')\n")
-    tests = ["tests/test_config.py", "tests/test_repo_habits.py", "tests/test_guarantees.py", "tests/test_readme.py"]
+    tests = ["tests/test_config.py", "tests/test_repo_habits.py", "tests/test_guarantees.py", "tests/test_readme.py",
+             "tests/test_shipped_examples.py"]  # fmt: skip
     ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                           "-k", "not precision and not debug_overlay and not compiled and not every_command", *tests],
                          cwd=churn, capture_output=True, text=True, timeout=600,
