@@ -181,7 +181,7 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
     import conftest
 
     yours = tmp_path / "default.yaml"
-    yours.write_text("data:\n  class_path: project.data.CSVDataModule\n  init_args:\n    path: data/churn.csv\n")
+    yours.write_text("data:\n  class_path: yours.Churn\n  init_args:\n    path: data/churn.csv\n")
     monkeypatch.setattr(conftest, "USER_DEFAULT", str(yours))
     why = conftest.default_data_missing()  # what the contract suite's default subject and the data notebook skip on
     assert why is not None and why.startswith("configs/default.yaml reads data.path='data/churn.csv', which this")

@@ -21,15 +21,17 @@ def _make(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-# Every example (the default), and only the table (with the engine and the offline default every repository keeps).
-KEEPS = {"all": None, "table": ["table"]}
+# Every example (the default), and only the table (with the engine and the offline default every repository keeps;
+# in a repository without the table: no example).
+KEEPS = {"all": None, **({"table": ["table"]} if present("table") else {"none": ["none"]})}
+NEW = "churn" if PACKAGE != "churn" else "churn_next"  # the new package: another name than this repository's
 
 
 @pytest.fixture(scope="module", params=list(KEEPS))
 def churn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("new") / "churn"
     keep = KEEPS[request.param]
-    made = _make("--name", "churn", "--dest", str(dest), *(["--keep", *keep] if keep else []))
+    made = _make("--name", NEW, "--dest", str(dest), *(["--keep", *keep] if keep else []))
     assert made.returncode == 0, made.stderr
     return dest
 
@@ -41,7 +43,7 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
     template_files = subprocess.run(listed, cwd=ROOT, capture_output=True, text=True).stdout.split()
     kept = json.loads(re.search(r"(?m)^examples = (.*)$", (churn / "template.toml").read_text()).group(1))
     left_out = {f for name, example in EXAMPLES.items() if name not in kept for f in example.files}
-    expected = {new_project.rename(f, PACKAGE, "churn") for f in template_files
+    expected = {new_project.rename(f, PACKAGE, NEW) for f in template_files
                 if (ROOT / f).is_file() and f not in left_out}  # fmt: skip
     assert set(git("ls-files").split()) == expected | {"template.toml"}
     assert kept == [name for name in EXAMPLES if present(name)] or kept == ["table"]
@@ -51,8 +53,8 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
         assert f"<!-- example: {name} -->" not in readme
         for module in EXAMPLES[name].modules:
             part, _, file = module.partition(".")
-            assert f"churn.{part}.{file} import" not in (churn / "churn" / part / "__init__.py").read_text()
-    assert (churn / "churn" / "engine" / "cli.py").is_file() and not (churn / PACKAGE).exists()
+            assert f"{NEW}.{part}.{file} import" not in (churn / NEW / part / "__init__.py").read_text()
+    assert (churn / NEW / "engine" / "cli.py").is_file() and not (churn / PACKAGE).exists()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert f'commit = "{head}"' in (churn / "template.toml").read_text()
     # No code names the old package any more: renaming again changes nothing (prose saying "project" stays).
@@ -61,12 +63,13 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
         if relative in new_project.VERBATIM or path.suffix not in {".py", ".yaml", ".toml", ".md", ".ipynb", ""}:
             continue
         text = path.read_text()
-        assert new_project.rename(text, PACKAGE, "churn", toml=relative == "pyproject.toml") == text, relative
+        assert new_project.rename(text, PACKAGE, NEW, toml=relative == "pyproject.toml") == text, relative
     pyproject = (churn / "pyproject.toml").read_text()
-    assert 'name = "churn"' in pyproject and 'include = ["churn*"]' in pyproject  # what pip installs
-    assert [line for line in pyproject.splitlines() if re.search(rf"\b{PACKAGE}\b", line)] == [
+    assert f'name = "{NEW}"' in pyproject and f'include = ["{NEW}*"]' in pyproject  # what pip installs
+    named = [line for line in pyproject.splitlines() if re.search(rf"\b{PACKAGE}\b", line)]
+    assert [line for line in named if not line.startswith("description = ")] == [
         "[project]", "[project.optional-dependencies]", "[project.scripts]"]  # its tables' names only  # fmt: skip
-    assert re.search(r"(?m)^PACKAGE := churn$", (churn / "Makefile").read_text())
+    assert re.search(rf"(?m)^PACKAGE := {NEW}$", (churn / "Makefile").read_text())
 
 
 def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> None:
@@ -83,13 +86,13 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
                          cwd=churn, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "PYTHONPATH": str(stub.parent)})  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
-    assert re.search(r"\d+ passed", ran.stdout) and "churn" in (churn / "tests" / "conftest.py").read_text()
+    assert re.search(r"\d+ passed", ran.stdout) and NEW in (churn / "tests" / "conftest.py").read_text()
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["--name", "Churn-1"], "must be a Python identifier in lower case"), (["--name", "json"], "already importable"),
-     (["--name", "churn", "--keep", "tabel"], "tabel is no example of this template; the examples are table,")],
+     (["--name", NEW, "--keep", "tabel"], "tabel is no example of this template; the examples are")],
     ids=["not-an-identifier", "shadows-a-module", "unknown-example"],
 )  # fmt: skip
 def test_bad_input_is_refused_in_one_sentence_writing_nothing(args: list[str], message: str, tmp_path: Path) -> None:
@@ -100,6 +103,6 @@ def test_bad_input_is_refused_in_one_sentence_writing_nothing(args: list[str], m
 
 def test_a_destination_that_holds_files_is_refused(tmp_path: Path) -> None:
     (tmp_path / "yours.txt").write_text("kept")
-    made = _make("--name", "churn", "--dest", str(tmp_path))
+    made = _make("--name", NEW, "--dest", str(tmp_path))
     assert made.returncode == 2 and "exists and is not an empty folder" in made.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["yours.txt"]

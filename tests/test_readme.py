@@ -151,15 +151,18 @@ def _checkout(tmp_path: Path) -> Path:
         fit(tmp_path / "trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
             "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1").trainer.log_dir  # type: ignore[arg-type]
     )  # fmt: skip
-    (tmp_path / "corpus.txt").write_text(Path(re.__file__).read_text())  # a language model's run: its own task
-    from conftest import DIGITS, LANGUAGE_MODEL
+    named = set(re.findall(r"\blogs/(\w+/version_\d+)", README))  # each run directory the README names
+    language_model = run
+    if any(name.startswith("language_model/") for name in named):  # a language model's run: its own task
+        from conftest import DIGITS, LANGUAGE_MODEL
 
-    language_model = Path(
-        fit(tmp_path / "trained", f"--data.path={tmp_path / 'corpus.txt'}", "--trainer.max_epochs=1",
-            "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
-            configs=(DIGITS, LANGUAGE_MODEL)).trainer.log_dir  # type: ignore[arg-type]
-    )  # fmt: skip
-    for name in set(re.findall(r"\blogs/(\w+/version_\d+)", README)):  # each run directory the README names
+        (tmp_path / "corpus.txt").write_text(Path(re.__file__).read_text())
+        language_model = Path(
+            fit(tmp_path / "trained", f"--data.path={tmp_path / 'corpus.txt'}", "--trainer.max_epochs=1",
+                "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
+                configs=(DIGITS, LANGUAGE_MODEL)).trainer.log_dir  # type: ignore[arg-type]
+        )  # fmt: skip
+    for name in named:
         (checkout / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
         (checkout / "logs" / name).symlink_to(language_model if name.startswith("language_model/") else run)
     (checkout / "logs" / "sweeps" / "default").mkdir(parents=True)
