@@ -26,6 +26,8 @@ LOCKED ?=
 DEST ?= ../$(NAME)
 # make new-project: the shipped examples to copy (scripts/shipped_examples.py), e.g. KEEP="table regression"; all, none.
 KEEP ?= all
+# make update-engine: a newer checkout of the template (default: template.toml's source).
+TEMPLATE ?=
 
 VENV := .venv
 # The package (its folder and import name; scripts/new_project.py renames it in a repository of your own).
@@ -38,14 +40,14 @@ TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
-	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST) KEEP='$(KEEP)'"
+	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST) KEEP='$(KEEP)' TEMPLATE=$(TEMPLATE)"
 
 # Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
@@ -57,6 +59,9 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
 	@test -n "$(NAME)" || { echo "error: NAME= the new package's name, e.g. make new-project NAME=churn" >&2; exit 2; }
 	$(PYTHON) scripts/new_project.py --name $(NAME) --dest $(DEST) $(if $(KEEP),--keep $(KEEP))
+
+update-engine: ## in a repository made by new-project: merge a newer template's engine, engine tests, scripts, Makefile (TEMPLATE=)
+	$(PYTHON) scripts/update_engine.py $(if $(TEMPLATE),--template $(TEMPLATE))
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
 	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')

@@ -46,6 +46,7 @@ NOTEBOOK_ON_A_COPY = (
 )
 NEW_REPOSITORY = "tests/test_new_project.py::test_the_new_repository_is_the_template_renamed_in_one_commit"
 NEW_REPOSITORY_TESTS = "tests/test_new_project.py::test_the_new_repositorys_tests_pass_in_it"
+ENGINE_UPDATE = "tests/test_update_engine.py::test_a_newer_templates_machinery_merges_into_the_repository_three_ways"
 CLASS_WEIGHTS = "tests/test_classification.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
 SHIPPED = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
@@ -231,6 +232,12 @@ SHIPPED = (
     Mutant("absent-default-data-is-named", "tests/conftest.py",
            'if key in ("path", "root") and value is not None and not (ROOT / str(value)).exists():', "if False:",
            ("tests/test_config.py::test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_sentence",)),
+    Mutant("an-update-keeps-your-changes", "scripts/update_engine.py",
+           "        if ours == old:  # unchanged by you: the template's", "        if True:",
+           (ENGINE_UPDATE,)),
+    Mutant("an-update-renames-to-your-package", "scripts/update_engine.py",
+           "(t if t is None or verbatim else new_project.rename(", "(t if True else new_project.rename(",
+           (ENGINE_UPDATE,)),
     Mutant("balanced-class-weights-weigh-the-loss", "project/tasks/classification.py",
            "weight=self.class_weights, reduction", "weight=None, reduction",
            (CLASS_WEIGHTS,)),

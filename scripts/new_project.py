@@ -27,7 +27,12 @@ import guarantees
 import shipped_examples
 
 TEMPLATE = Path(__file__).resolve().parents[1]
-VERBATIM = ("scripts/new_project.py", "tests/test_new_project.py")
+VERBATIM = (
+    "scripts/new_project.py",
+    "tests/test_new_project.py",
+    "scripts/update_engine.py",
+    "tests/test_update_engine.py",
+)
 
 # Where code names the package (never "pyproject", never "the project's"): a dotted module path, a path into the
 # package, `-m pkg`, `import pkg`/`from pkg`, the name as a whole string ("pkg", "pkg[dev]", "pkg*"), in

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # bench: what the bench's tests ch
 _MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR")
 _MAKEFILE_VARIABLES = (
     "ARGS", "CONFIG", "RUN", "INPUT", "OUTPUT", "PORT", "PORT_NB", "PYTHON", "TORCH_SPEC", "SWEEP", "WORKERS",
-    "TEST_WORKERS", "LOCKED", "NAME", "LOGS", "DEST", "KEEP",
+    "TEST_WORKERS", "LOCKED", "NAME", "LOGS", "DEST", "KEEP", "TEMPLATE",
 )  # fmt: skip
 
 
