@@ -1,7 +1,6 @@
 """The digits example (project/data/digits.py): predict reads your own files (.npy, .csv, a folder of images) as
 the training data, and refuses values it cannot be."""
 
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -9,8 +8,7 @@ import pytest
 import torch
 from conftest import DEBUG, DIGITS, ROOT, fit
 from PIL import Image
-
-from project.engine.cli import main
+from test_predict_export import _predict  # the engine tests' predict: the prediction file's rows
 
 pytestmark = pytest.mark.slow
 # The shipped Classifier on the shipped digits DataModule, over the engine tests' config.
@@ -32,12 +30,6 @@ def test_images(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
     dm = DigitsDataModule.load_from_checkpoint(run / "checkpoints" / "best.ckpt", weights_only=True)
     dm.setup("test")
     return dm.split_tensors("test")
-
-
-def _predict(run: Path, *args: str) -> list[dict[str, str]]:
-    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}", *args])
-    with open(run / "predictions.csv") as f:
-        return list(csv.DictReader(f))
 
 
 def test_predict_on_your_own_files(run: Path, test_images: tuple, tmp_path: Path) -> None:
