@@ -66,12 +66,13 @@ EXAMPLES = {
         (
             "project/tasks/language_model.py",
             "project/data/text.py",
+            "project/data/tokenizer.py",
             "project/gpt.py",
             "configs/tasks/language_model.yaml",
             "tests/configs/language_model.yaml",
             "tests/test_language_model.py",
         ),
-        modules=("tasks.language_model", "data.text"),
+        modules=("tasks.language_model", "data.text", "data.tokenizer"),
     ),
     "text_classification": Example(
         (

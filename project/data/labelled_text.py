@@ -17,11 +17,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from project.data.tokenizer import BYTE_NAMES
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 
 PAD = 256
-VOCABULARY = [f"<0x{b:02X}>" for b in range(256)] + ["<pad>"]
+VOCABULARY = [*BYTE_NAMES, "<pad>"]
 
 
 def pad_batch(samples: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:

@@ -3,12 +3,15 @@ default the Python standard library's own top-level modules (~4.7 MB of source, 
 download).
 
 The corpus is tokenised once into a file of token ids (uint16) in ``cache_dir``, read as a memory-mapped array
-(nanoGPT's ``train.bin``): a corpus of gigabytes never sits in memory. The tokenizer is byte-level: the 256 byte
-values plus ``<|endoftext|>``, which separates the files; nothing to train or ship, and the vocabulary (the names
-``<0x41>``... as in sentencepiece's byte fallback) travels in the checkpoint as the model's ``target_names``, which
-is all that decoding needs. The splits are contiguous ranges of the token stream, train first, then validation,
-then test: no window of validation text lies inside the training text. A sample is a block of ``block_size``
-tokens and its targets, the same block shifted by one; blocks do not overlap.
+(nanoGPT's ``train.bin``): a corpus of gigabytes never sits in memory. ``<|endoftext|>`` separates the files.
+The tokenizer (``project/data/tokenizer.py``) is byte-level by default: the 256 byte values, nothing to train or
+ship. ``tokenizer: bpe`` learns a byte-level BPE of ``vocab_size`` ids from the training text alone (Hugging Face
+``tokenizers``, the ``text`` extra); its JSON travels in the checkpoint and as the run's ``tokenizer.json``, so
+predict and export never need the corpus. Either way the vocabulary travels as the model's ``target_names``, which
+is all that decoding needs. The splits are contiguous ranges of the byte stream, train first, then validation, then
+test: no window of validation text lies inside the training text (with BPE each range is encoded on its own, cut
+where a character starts). A sample is a block of ``block_size`` tokens and its targets, the same block shifted by
+one; blocks do not overlap.
 
 ``predict`` reads prompts: a ``.txt`` file with one prompt per line, or a folder of ``.txt`` files (one prompt
 each); a prompt longer than the block keeps its last ``block_size`` tokens. Without ``predict_path``, the prompts
@@ -16,38 +19,29 @@ are the first halves of the first 16 test blocks.
 """
 
 import hashlib
+import itertools
 import json
 import os
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from project.data.tokenizer import BYTE_NAMES, END_OF_TEXT, bpe, bpe_vocabulary, decode, train_bpe
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 
-END_OF_TEXT = 256
-VOCABULARY = [f"<0x{b:02X}>" for b in range(256)] + ["<|endoftext|>"]
+BYTE_END_OF_TEXT = 256  # <|endoftext|>'s id in the byte vocabulary (BPE's is 0)
+VOCABULARY = [*BYTE_NAMES, END_OF_TEXT]
 PREDICT_PROMPTS = 16  # prompts taken from the test split when no predict_path is given
+PIECE = 1 << 20  # BPE reads and encodes a file in pieces of at most this many bytes, cut at a line's end
 
-
-def encode(text: str) -> list[int]:
-    return list(text.encode("utf-8"))
-
-
-def decode(ids: list[int], vocabulary: list[str]) -> str:
-    """Token ids back to text, up to the first ``<|endoftext|>`` (invalid UTF-8 shown as U+FFFD)."""
-    out = bytearray()
-    for i in ids:
-        name = vocabulary[i]
-        if name == "<|endoftext|>":
-            break
-        out.append(int(name[3:5], 16))
-    return out.decode("utf-8", errors="replace")
+__all__ = ["TextDataModule", "decode"]
 
 
 def default_cache_dir() -> Path:
@@ -91,6 +85,8 @@ class TextDataModule(DataModule):
     """Blocks of a byte-tokenised corpus for next-token prediction."""
 
     input_dtype = torch.int64
+    learned = (*DataModule.learned, "tokenizer_json")
+    tokenizer_json: str | None = None  # the BPE (None: bytes)
 
     def __init__(
         self,
@@ -98,6 +94,8 @@ class TextDataModule(DataModule):
         block_size: int = 128,
         suffixes: list[str] | None = None,
         cache_dir: str | None = None,
+        tokenizer: Literal["bytes", "bpe"] = "bytes",
+        vocab_size: int = 4096,
         *,
         val_fraction: float = 0.05,
         test_fraction: float = 0.05,
@@ -112,6 +110,9 @@ class TextDataModule(DataModule):
             cache_dir: where the token file is kept (default ``$XDG_CACHE_HOME/project/tokens``, else
                 ``~/.cache/project/tokens``); it is named by a hash of the files' paths, sizes and times, so an
                 edited corpus is tokenised anew.
+            tokenizer: ``bytes`` (a token per byte) or ``bpe`` (learned from the training text; needs the ``text``
+                extra). A BPE token covers ~3-4 bytes of English or code: the same block sees more text.
+            vocab_size: the BPE's ids, the 256 bytes and ``<|endoftext|>`` included (``bpe`` only).
             val_fraction: the share of the token stream after the training text that is validation text.
             test_fraction: the share at the end of the stream that is test text.
             normalize: must stay false (token ids are not standardised).
@@ -120,9 +121,25 @@ class TextDataModule(DataModule):
         super().__init__(val_fraction=val_fraction, test_fraction=test_fraction, normalize=normalize, **engine)
         if block_size < 1:
             raise ConfigError(f"data.block_size={block_size!r}: a block must hold at least one token.")
-        self.target_names = list(VOCABULARY)
-        self.vocabulary = list(VOCABULARY)
+        if tokenizer not in ("bytes", "bpe"):  # jsonargparse checks the CLI's; this checks Python's callers
+            raise ConfigError(f"data.tokenizer={tokenizer!r}: expected bytes or bpe.")
+        if tokenizer == "bpe" and not 258 <= vocab_size <= 1 << 16:
+            raise ConfigError(f"data.vocab_size={vocab_size!r}: a BPE holds the 256 bytes, <|endoftext|> and at "
+                              "least one merge (>= 258), and its ids are stored as uint16 (<= 65536).")  # fmt: skip
         self.input_shape = (block_size,)
+        if self.restored():  # the tokenizer and vocabulary from the checkpoint: the corpus is not read
+            return
+        if tokenizer == "bpe":
+            self.tokenizer_json = self._learned_bpe()
+        self.vocabulary = bpe_vocabulary(self.tokenizer_json) if self.tokenizer_json else list(VOCABULARY)
+        self.target_names = list(self.vocabulary)
+
+    @property
+    def end_of_text(self) -> int:
+        return 0 if self.tokenizer_json else BYTE_END_OF_TEXT
+
+    def encode(self, text: str) -> list[int]:
+        return bpe(self.tokenizer_json).encode(text).ids if self.tokenizer_json else list(text.encode("utf-8"))
 
     # ---- the corpus --------------------------------------------------------------------------------------------
 
@@ -141,41 +158,105 @@ class TextDataModule(DataModule):
             raise ConfigError(f"data.path={path!r}: the folder holds no {suffixes or ['.txt']} files.")
         return files
 
-    def token_file(self) -> Path:
-        """The corpus as uint16 token ids, tokenised on first use (one file at a time, never all in memory)."""
+    def _cached(self, kind: str, *extra: Any) -> Path:
+        """The cache's name for ``kind`` of this corpus: a hash of the files' paths, sizes and times (and ``extra``)."""
         files = self._files()
-        key = hashlib.sha1(json.dumps(["bytes", *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
-                                                  for f in files)]).encode()).hexdigest()[:16]  # fmt: skip
+        key = hashlib.sha1(json.dumps([kind, *extra, *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
+                                                       for f in files)]).encode()).hexdigest()[:16]  # fmt: skip
         folder = Path(self.hparams["cache_dir"]) if self.hparams["cache_dir"] else default_cache_dir()
-        target = folder / f"{key}.u16"
-        if target.exists():
-            return target
         folder.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".partial-{os.getpid()}")
-        with open(partial, "wb") as out:
-            for i, file in enumerate(files):
-                if i:
-                    out.write(np.array([END_OF_TEXT], dtype=np.uint16).tobytes())
-                out.write(np.frombuffer(file.read_bytes(), dtype=np.uint8).astype(np.uint16).tobytes())
-        os.replace(partial, target)  # whole or absent: another process tokenising the same corpus is harmless
+        return folder / key
+
+    def byte_file(self) -> Path:
+        """The corpus as uint16 byte ids, tokenised on first use (one file at a time, never all in memory)."""
+        target = self._cached("bytes").with_suffix(".u16")
+        if not target.exists():
+            partial = target.with_suffix(f".partial-{os.getpid()}")
+            with open(partial, "wb") as out:
+                for i, file in enumerate(self._files()):
+                    if i:
+                        out.write(np.array([BYTE_END_OF_TEXT], dtype=np.uint16).tobytes())
+                    out.write(np.frombuffer(file.read_bytes(), dtype=np.uint8).astype(np.uint16).tobytes())
+            os.replace(partial, target)  # whole or absent: another process tokenising the same corpus is harmless
         return target
 
-    def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
-        path = self.token_file()
-        total = path.stat().st_size // 2
-        block = self.input_shape[0]
+    def _byte_ranges(self) -> list[tuple[int, int]]:
+        """(start, end) of train, validation and test in the byte stream."""
+        total = self.byte_file().stat().st_size // 2
         n_test = int(total * self.hparams["test_fraction"])
         n_val = int(total * self.hparams["val_fraction"])
         n_train = total - n_val - n_test
-        splits = (Blocks(path, 0, n_train, block), Blocks(path, n_train, n_train + n_val, block),
-                  Blocks(path, n_train + n_val, total, block))  # fmt: skip
+        return [(0, n_train), (n_train, n_train + n_val), (n_train + n_val, total)]
+
+    def _pieces(self, start: int, end: int) -> Iterator[tuple[bool, str]]:
+        """The text of the byte range [start, end) in pieces, each with whether ``<|endoftext|>`` precedes it: a
+        file's text (the stream is split at ``<|endoftext|>``), a long one in pieces of at most ``PIECE`` bytes cut
+        after a newline. The range's ends are moved forward to where a character starts (a byte below 0x80 or a
+        lead byte), so that no character is cut in two."""
+        stream = np.memmap(self.byte_file(), dtype=np.uint16, mode="r")
+
+        def starts_char(i: int) -> int:
+            while i < len(stream) and 0x80 <= stream[i] < 0xC0:  # a UTF-8 continuation byte
+                i += 1
+            return i
+
+        start, end = starts_char(start), starts_char(end)
+        bounds = [start, *(start + np.flatnonzero(stream[start:end] == BYTE_END_OF_TEXT)), end]
+        for a, b in itertools.pairwise(bounds):
+            after = bool(a < b and stream[a] == BYTE_END_OF_TEXT)
+            a += after
+            while a < b:
+                cut = b
+                if b - a > PIECE:
+                    newlines = np.flatnonzero(stream[a : a + PIECE] == 0x0A)
+                    cut = a + int(newlines[-1]) + 1 if len(newlines) else starts_char(a + PIECE)
+                yield after, stream[a:cut].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+                a, after = cut, False
+
+    def _learned_bpe(self) -> str:
+        """The BPE learned from the training text (cached beside the token files: a resumed run reuses it)."""
+        path = self._cached("bpe", self.hparams["vocab_size"], self.hparams["val_fraction"],
+                            self.hparams["test_fraction"]).with_suffix(".bpe.json")  # fmt: skip
+        if not path.exists():
+            partial = path.with_suffix(f".partial-{os.getpid()}")
+            training_text = (text for _, text in self._pieces(*self._byte_ranges()[0]))
+            partial.write_text(train_bpe(training_text, self.hparams["vocab_size"]))
+            os.replace(partial, path)
+        return path.read_text()
+
+    def token_file(self) -> tuple[Path, list[tuple[int, int]]]:
+        """The file of token ids (uint16) and the (start, end) of train, validation and test in it."""
+        if not self.tokenizer_json:
+            return self.byte_file(), self._byte_ranges()
+        key = hashlib.sha1(self.tokenizer_json.encode()).hexdigest()[:16]
+        target = self._cached("bpe-tokens", key).with_suffix(".u16")
+        bounds = target.with_suffix(".ranges.json")
+        if not bounds.exists():
+            partial, ranges, count = target.with_suffix(f".partial-{os.getpid()}"), [], 0
+            with open(partial, "wb") as out:
+                for start, end in self._byte_ranges():  # each split encoded on its own: no token spans two
+                    first = count
+                    for after_end_of_text, piece in self._pieces(start, end):
+                        ids = [self.end_of_text] * after_end_of_text + self.encode(piece)
+                        out.write(np.array(ids, dtype=np.uint16).tobytes())
+                        count += len(ids)
+                    ranges.append((first, count))
+            os.replace(partial, target)
+            partial.write_text(json.dumps(ranges))
+            os.replace(partial, bounds)  # last: where the ranges are, the ids are whole
+        return target, [tuple(r) for r in json.loads(bounds.read_text())]  # type: ignore[misc]
+
+    def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
+        path, ranges = self.token_file()
+        block = self.input_shape[0]
+        splits = tuple(Blocks(path, start, end, block) for start, end in ranges)
         for name, split in zip(("train", "validation", "test"), splits, strict=True):
             if len(split) == 0:
                 raise ConfigError(
-                    f"data.path={self.hparams['path']!r}: the {name} text ({total} tokens in all) holds no block "
-                    f"of data.block_size={block} tokens: use more text, a smaller block or a larger fraction."
+                    f"data.path={self.hparams['path']!r}: the {name} text ({ranges[-1][1]} tokens in all) holds no "
+                    f"block of data.block_size={block} tokens: use more text, a smaller block or a larger fraction."
                 )
-        return splits
+        return splits  # type: ignore[return-value]
 
     # ---- predict ------------------------------------------------------------------------------------------------
 
@@ -192,7 +273,7 @@ class TextDataModule(DataModule):
             raise ConfigError(f"data.predict_path={str(path)!r} holds no prompt.")
         self.predict_columns = {"input": texts}
         block = self.input_shape[0]
-        return Prompts([torch.tensor([END_OF_TEXT, *encode(t)][-block:]) for t in texts])
+        return Prompts([torch.tensor([self.end_of_text, *self.encode(t)][-block:]) for t in texts])
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_set is None:
@@ -200,15 +281,19 @@ class TextDataModule(DataModule):
             half = max(1, self.input_shape[0] // 2)
             prompts = [test[i][0][:half] for i in range(min(PREDICT_PROMPTS, len(test)))]  # type: ignore[arg-type]
             self.predict_set = Prompts(prompts)
-            self.predict_columns = {"input": [decode(p.tolist(), VOCABULARY) for p in prompts]}
+            self.predict_columns = {"input": [decode(p.tolist(), self.target_names) for p in prompts]}
         return DataLoader(self.predict_set, batch_size=1)  # prompts differ in length: one at a time
 
     def run_files(self) -> dict[str, str]:
-        """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), as plain JSON."""
-        special = {"<|endoftext|>": END_OF_TEXT}
+        """``tokenizer.json``: the BPE as Hugging Face ``tokenizers`` writes it, or the byte-level tokenizer (a byte's
+        id is its value) as plain JSON."""
+        if self.tokenizer_json:
+            return {"tokenizer.json": self.tokenizer_json}
+        special = {END_OF_TEXT: BYTE_END_OF_TEXT}
         tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": special, "vocabulary": self.vocabulary}
         return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
 
     def show(self, sample: Tensor, ax: Any) -> None:
-        ax.text(0.0, 1.0, decode(sample.tolist(), VOCABULARY), va="top", family="monospace", fontsize=7, wrap=True)
+        text = decode(sample.tolist(), self.target_names)
+        ax.text(0.0, 1.0, text, va="top", family="monospace", fontsize=7, wrap=True)
         ax.set_axis_off()
