@@ -69,6 +69,7 @@ EXAMPLES = {
             "project/data/tokenizer.py",
             "project/gpt.py",
             "configs/tasks/language_model.yaml",
+            "configs/sweeps/language_model.yaml",
             "tests/configs/language_model.yaml",
             "tests/test_language_model.py",
         ),

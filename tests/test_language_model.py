@@ -103,3 +103,15 @@ def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_pat
     assert (copy / "predictions.csv").read_text() == predicted
     saved = tokenizers.Tokenizer.from_file(str(copy / "tokenizer.json"))
     assert saved.encode("def main(").ids == cli.datamodule.encode("def main(")
+
+
+def test_the_language_models_sweep_minimises_val_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("optuna")
+    from conftest import ROOT
+
+    from project.engine.sweep.spec import check_against_cli, load
+
+    monkeypatch.chdir(ROOT)  # the sweep file's configs are relative to the checkout; parsing writes nothing
+    spec = load("configs/sweeps/language_model.yaml")
+    check_against_cli(spec)  # every searched key at both ends of its range, as the CLI parses it
+    assert (spec.metric, spec.direction) == ("val/loss", "minimize")  # the task's monitor, unless told otherwise

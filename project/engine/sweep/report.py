@@ -19,7 +19,7 @@ SWEEP_CALLBACK = f"{__package__}.trial.SweepTrial"  # named from this package: a
 def table(study: optuna.Study, spec: Namespace) -> str:
     trials = study.get_trials(deepcopy=False)
     keys = list(spec.params)
-    header = ["trial", "state", spec.metric, "epochs", "seconds", *keys, "note"]
+    header = ["trial", "state", spec.metric, "validations", "seconds", *keys, "note"]
     rows = [header]
     for t in trials:
         note = t.user_attrs.get("error") or ""

@@ -155,7 +155,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: N
         study.tell(trial, state=state)
         if interrupted:  # the next `make sweep` runs these values again
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-    print(f"trial {trial.number} (worker {worker}): {result}  ({len(values)} epochs, {took:.0f} s)", flush=True)
+    print(f"trial {trial.number} (worker {worker}): {result}  ({len(values)} validations, {took:.0f} s)", flush=True)
     if interrupted:
         raise KeyboardInterrupt
     return state
