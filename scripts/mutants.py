@@ -48,6 +48,8 @@ NEW_REPOSITORY = "tests/test_new_project.py::test_the_new_repository_is_the_temp
 NEW_REPOSITORY_TESTS = "tests/test_new_project.py::test_the_new_repositorys_tests_pass_in_it"
 ENGINE_UPDATE = "tests/test_update_engine.py::test_a_newer_templates_machinery_merges_into_the_repository_three_ways"
 CLASS_WEIGHTS = "tests/test_classification.py::test_balanced_class_weights_are_scikit_learns_from_the_training_split"
+BPE_LEARNED = "tests/test_language_model.py::test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly"
+BPE_COPIED = "tests/test_language_model.py::test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus"
 SHIPPED = (
     Mutant("warmup-is-linear", "project/engine/schedule.py",
            "return peak_lr * (step + 1) / warmup_steps", "return peak_lr",
@@ -241,6 +243,35 @@ SHIPPED = (
     Mutant("balanced-class-weights-weigh-the-loss", "project/tasks/classification.py",
            "weight=self.class_weights, reduction", "weight=None, reduction",
            (CLASS_WEIGHTS,)),
+    Mutant("the-sweep-takes-the-tasks-direction", "project/engine/sweep/spec.py",
+           'spec.direction = "maximize" if direction == "max" else "minimize"', 'spec.direction = "maximize"',
+           ("tests/test_regression.py::test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise",
+            "tests/test_language_model.py::test_the_language_models_sweep_minimises_val_loss")),
+    Mutant("an-unlogged-sweep-metric-is-refused", "project/engine/sweep/spec.py",
+           "        if spec.metric is not None and spec.metric not in logged:", "        if False:",
+           ("tests/test_sweep.py::test_a_metric_the_task_does_not_log_is_refused_before_anything_runs",)),
+    Mutant("weights-where-nothing-fits-are-refused", "project/engine/weights.py",
+           "    if not matching:\n        shaped", "    if False:\n        shaped",
+           ("tests/test_pretrained.py::test_init_from_a_file_of_another_net_is_refused_and_leaves_no_run",)),
+    Mutant("a-malformed-input-is-named", "project/engine/datamodule.py",
+           "            or (values.shape[1:] != self.input_shape and values.shape[1:] != (flat,))",
+           "            or False",
+           ("tests/test_predict_export.py::test_a_malformed_input_file_gets_a_clear_error",)),
+    Mutant("an-interrupt-saves-last-ckpt-at-once", "project/engine/last_checkpoint.py",
+           "        elif stop:\n            self._save(trainer)", "        elif stop:\n            pass",
+           ("tests/test_crash_safety.py::test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume",)),
+    Mutant("hparams-hold-the-final-scores", "project/engine/cli.py",
+           "logger.log_hyperparams(params, metrics)", "logger.log_hyperparams(params)",
+           ("tests/test_observability.py::test_the_hparams_view_holds_the_config_and_the_final_scores",)),
+    Mutant("the-net-compiles-in-place", "project/engine/task.py",
+           "            self.net.compile(**(", "            self.net = torch.compile(self.net, **(",
+           ("tests/test_config.py::test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one",)),
+    Mutant("the-bpe-learns-from-the-training-text-alone", "project/data/text.py",
+           "self._pieces(*self._byte_ranges()[0])", "self._pieces(0, self._byte_ranges()[2][1])",
+           (BPE_LEARNED,)),
+    Mutant("the-bpe-travels-in-the-checkpoint", "project/data/text.py",
+           'learned = (*DataModule.learned, "tokenizer_json")', "learned = DataModule.learned",
+           (BPE_COPIED,)),
 )  # fmt: skip
 
 
