@@ -76,6 +76,23 @@ def test_the_makefile_section_names_every_target_and_variable() -> None:
     assert targets <= named and variables <= named, sorted((targets | variables) - named)
 
 
+def test_every_link_between_the_manuals_pages_leads_to_a_page_and_heading_there() -> None:
+    def anchor(title: str) -> str:  # as GitHub makes a heading's anchor
+        return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+    anchors = {page: {anchor(title) for _, _, title in manual.headings(text)} for page, text in PAGES.items()}
+    broken = []
+    for page, text in PAGES.items():
+        for link in re.findall(r"\]\(((?!https?:)[^)\s]*)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            path, _, heading = link.partition("#")
+            target = Path(os.path.normpath(page.parent / path)) if path else page
+            # A page of the manual (and a heading of it), else a file or folder of the repository.
+            leads = (not heading or heading in anchors[target]) if target in anchors else (ROOT / target).exists()
+            if not leads:
+                broken.append(f"{page}: {link}")
+    assert not broken, f"links of the manual that lead nowhere: {broken}"
+
+
 def test_every_module_the_manual_runs_or_imports_exists() -> None:
     modules = set(re.findall(rf"python -m ({PACKAGE}[\w.]*)", MANUAL)) | set(
         re.findall(rf"from ({PACKAGE}[\w.]*) import", MANUAL)
