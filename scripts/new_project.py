@@ -138,11 +138,12 @@ def _without_modules(init: Path, name: str, modules: list[str]) -> None:
 
 def _manual_without(dest: Path, removed: list[str], gone: list[str]) -> None:
     """The manual (README.md and docs/*.md) without the removed examples: on every page their marked text; outside
-    it, every table row and command line that names one of their files (``gone``: paths in the new repository);
+    it, every table row and command line that names one of their files (``gone``: paths in the new repository; a
+    Python file also by its name alone, as the README's Layout lists it);
     and, in the guarantees table, their tests: a row keeps the tests still here (none left: the row goes), and its
     mutants column is recomputed from this repository's mutants (scripts/mutants.py keeps those whose file and
     tests are here)."""
-    names = {n for f in gone for n in (f, Path(f).name if f.startswith("tests/test_") else f)}
+    names = {n for f in gone for n in (f, Path(f).name if f.endswith(".py") else f)}
     names |= {f.removesuffix(".py").replace("/", ".") for f in gone if f.endswith(".py") and not f.startswith("tests/")}
     spec = importlib.util.spec_from_file_location("_new_mutants", dest / "scripts" / "mutants.py")
     assert spec is not None and spec.loader is not None

@@ -50,8 +50,12 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
     assert kept == [name for name in EXAMPLES if present(name)] or kept == ["table"]
     # What a left-out example was is gone with its files: its imports, its text on every page of the manual.
     every_page = manual.text(churn)
+    layout = manual.section(churn, "Layout")[1]
     for name in set(EXAMPLES) - set(kept):
         assert f"<!-- example: {name} -->" not in every_page
+        files = [Path(f).name for f in EXAMPLES[name].files if f.endswith(".py")]
+        listed = [f for f in files if re.search(rf"\s{re.escape(f)}\s", layout)]
+        assert not listed, f"the README's Layout lists {listed} of the left-out {name}"
         for module in EXAMPLES[name].modules:
             part, _, file = module.partition(".")
             assert f"{NEW}.{part}.{file} import" not in (churn / NEW / part / "__init__.py").read_text()
