@@ -1,4 +1,4 @@
-"""A PyTorch Lightning project template: see README.md."""
+"""A PyTorch Lightning project template: see README.md (and its pages under docs/)."""
 
 import importlib.abc
 import importlib.util

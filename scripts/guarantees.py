@@ -1,11 +1,14 @@
-"""The README's guarantees table, read: each row's promise, the tests it names and the mutants it names; which
-mutants guard a row. tests/test_guarantees.py holds the table to scripts/mutants.py with it, and
-scripts/new_project.py rewrites the rows of a repository that keeps only some examples. Only the standard library."""
+"""The manual's guarantees table (on whichever page of README.md and docs/ holds it), read: each row's promise, the
+tests it names and the mutants it names; which mutants guard a row. tests/test_guarantees.py holds the table to
+scripts/mutants.py with it, and scripts/new_project.py rewrites the rows of a repository that keeps only some
+examples. Only the standard library."""
 
 import re
 from pathlib import Path
 
-SECTION = "## What the template guarantees"
+import manual
+
+SECTION = "What the template guarantees"
 NONE_YET = "none yet"
 
 Ref = tuple[str, str | None]  # (test file, test function or None for the whole file)
@@ -19,17 +22,17 @@ def split_row(line: str) -> tuple[str, str, str] | None:
     return promise, tests, named
 
 
-def section_bounds(readme: str) -> tuple[int, int]:
-    start = readme.index(SECTION)
-    return start, readme.index("\n## ", start + 5)
+def section_bounds(page: str) -> tuple[int, int] | None:
+    """Where the table's section runs in a page of the manual; None on the pages without it."""
+    return manual.section_bounds(page, SECTION)
 
 
-def guarantee_rows(readme_path: Path) -> list[tuple[str, set[Ref], list[str]]]:
-    """Each row of the guarantees table: (the promise, the tests it names, the mutants it names)."""
-    readme = readme_path.read_text()
-    start, end = section_bounds(readme)
+def guarantee_rows(root: Path) -> list[tuple[str, set[Ref], list[str]]]:
+    """Each row of the guarantees table of the manual at ``root``: (the promise, the tests it names, the mutants
+    it names)."""
+    _, section = manual.section(root, SECTION)
     rows, previous = [], set()
-    for line in readme[start:end].splitlines():
+    for line in section.splitlines():
         if (cells := split_row(line)) is None:
             continue
         promise, tests, named = cells

@@ -3,7 +3,7 @@
 Copies the template's files (what git tracks, and new files git does not ignore: never .venv, logs or data), with
 the package (pyproject's ``name``: ``project`` in the template) renamed to NAME everywhere code names it (imports,
 class paths in the configs, ``-m <package>``, paths into it, pyproject's package name, extras and console script,
-the Makefile's PACKAGE, the notebooks, the README's code), then makes DEST a fresh git repository with one commit.
+the Makefile's PACKAGE, the notebooks, the manual's code), then makes DEST a fresh git repository with one commit.
 Prose that says "project" in English is left as it is; ``template.toml`` records the template's commit it came
 from. This file and its test are copied as they are: they name no package, so a repository made from the template
 makes others the same way.
@@ -22,8 +22,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import guarantees
+import manual
 import shipped_examples
 
 TEMPLATE = Path(__file__).resolve().parents[1]
@@ -134,31 +136,40 @@ def _without_modules(init: Path, name: str, modules: list[str]) -> None:
     init.write_text(text)
 
 
-def _readme_without(readme: Path, removed: list[str], gone: list[str], dest: Path) -> None:
-    """README.md without the removed examples: their marked text; outside it, every table row and command line
-    that names one of their files (``gone``: paths in the new repository); and, in the guarantees table, their
-    tests: a row keeps the tests still here (none left: the row goes), and its mutants column is recomputed from
-    this repository's mutants (scripts/mutants.py keeps those whose file and tests are here)."""
-    text = readme.read_text()
-    for example in removed:
-        text = re.sub(rf"<!-- example: {example} -->.*?<!-- /example: {example} -->\n?", "", text, flags=re.S)
-    names = {n for f in gone for n in (f, Path(f).name if f.startswith("tests/test_") else f)}
+def _manual_without(dest: Path, removed: list[str], gone: list[str]) -> None:
+    """The manual (README.md and docs/*.md) without the removed examples: on every page their marked text; outside
+    it, every table row and command line that names one of their files (``gone``: paths in the new repository; a
+    Python file also by its name alone, as the README's Layout lists it);
+    and, in the guarantees table, their tests: a row keeps the tests still here (none left: the row goes), and its
+    mutants column is recomputed from this repository's mutants (scripts/mutants.py keeps those whose file and
+    tests are here)."""
+    names = {n for f in gone for n in (f, Path(f).name if f.endswith(".py") else f)}
     names |= {f.removesuffix(".py").replace("/", ".") for f in gone if f.endswith(".py") and not f.startswith("tests/")}
-    start, end = guarantees.section_bounds(text)
-    kept_lines, fenced, offset = [], False, 0
-    for line in text.splitlines(keepends=True):
-        fenced ^= line.startswith("```")
-        table_or_code = line.startswith("|") or (fenced and not line.startswith("```"))
-        names_one = any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)
-        if not (table_or_code and names_one and not start <= offset < end):  # the guarantees table: below
-            kept_lines.append(line)
-        offset += len(line)
-    text = "".join(kept_lines)
     spec = importlib.util.spec_from_file_location("_new_mutants", dest / "scripts" / "mutants.py")
     assert spec is not None and spec.loader is not None
     mutants = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mutants)
-    start, end = guarantees.section_bounds(text)
+    for page in manual.pages(dest):
+        text = page.read_text()
+        for example in removed:
+            text = re.sub(rf"<!-- example: {example} -->.*?<!-- /example: {example} -->\n?", "", text, flags=re.S)
+        start, end = guarantees.section_bounds(text) or (len(text), len(text))  # the pages without the table
+        kept_lines, fenced, offset = [], False, 0
+        for line in text.splitlines(keepends=True):
+            fenced ^= line.startswith("```")
+            table_or_code = line.startswith("|") or (fenced and not line.startswith("```"))
+            names_one = any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)
+            if not (table_or_code and names_one and not start <= offset < end):  # the guarantees table: below
+                kept_lines.append(line)
+            offset += len(line)
+        text = "".join(kept_lines)
+        if (bounds := guarantees.section_bounds(text)) is not None:
+            text = _guarantees_without(text, *bounds, dest, mutants)
+        page.write_text(text)
+
+
+def _guarantees_without(text: str, start: int, end: int, dest: Path, mutants: ModuleType) -> str:
+    """The page ``text`` with its guarantees table (``text[start:end]``) keeping only the tests ``dest`` has."""
     lines, previous = [], set()
     for line in text[start:end].splitlines(keepends=True):
         if (cells := guarantees.split_row(line)) is None:
@@ -172,7 +183,7 @@ def _readme_without(readme: Path, removed: list[str], gone: list[str], dest: Pat
             continue
         named = [f"`{m.name}`" for m in mutants.MUTANTS if guarantees.guards(m.tests, previous)]
         lines.append(f"| {promise} | {cell} | {', '.join(named) or guarantees.NONE_YET} |\n")
-    readme.write_text(text[:start] + "".join(lines) + text[end:])
+    return text[:start] + "".join(lines) + text[end:]
 
 
 def _test_here(token: str, dest: Path, cell: str) -> bool:
@@ -213,7 +224,7 @@ def new_project(name: str, dest: Path, keep: list[str] | None = None) -> Path:
         _without_modules(dest / name / part / "__init__.py", name, modules)
     if removed:
         gone = [rename(f, old, name) for f in sorted(left_out)]
-        _readme_without(dest / "README.md", removed, gone, dest)
+        _manual_without(dest, removed, gone)
     (dest / "template.toml").write_text(
         "# Where this repository came from (scripts/new_project.py wrote it): the template's checkout and commit.\n"
         f'source = "{TEMPLATE}"\ncommit = "{commit}"\ndirty = {str(dirty).lower()}\npackage = "{name}"\n'

@@ -6,8 +6,9 @@ workloads. Everything not listed is the engine, the engine tests (on tests/toy.p
 every repository keeps: the digits, the Classifier and project/nets.py (the offline default run that ``make
 train``, the notebooks, the bench and scripts/gpu_check.sh start from).
 
-README.md marks the text of an example between ``<!-- example: NAME -->`` and ``<!-- /example: NAME -->``; a guarantees
-row goes with the tests it names. Only the standard library: scripts/new_project.py reads it before any install.
+The manual (README.md and docs/*.md: scripts/manual.py) marks the text of an example between
+``<!-- example: NAME -->`` and ``<!-- /example: NAME -->``, on whichever page it stands; a guarantees row goes with
+the tests it names. Only the standard library: scripts/new_project.py reads it before any install.
 """
 
 from pathlib import Path

@@ -3,8 +3,8 @@ the template; default: template.toml's ``source``).
 
 What is updated is the machinery you were told to leave alone: the package's ``engine/``, the engine tests and
 their fixtures (tests/ without the examples' files), ``scripts/``, ``benchmarks/`` and the Makefile. Your rooms
-(configs/, the tasks, data and nets, the examples you kept, the README, the notebooks, pyproject.toml) are never
-touched. Each file is merged three ways, as git merges a branch: the template at template.toml's ``commit`` (the
+(configs/, the tasks, data and nets, the examples you kept, the README and docs/, the notebooks, pyproject.toml) are
+never touched. Each file is merged three ways, as git merges a branch: the template at template.toml's ``commit`` (the
 base you started from) and at the newer checkout's HEAD, both renamed to your package as `make new-project` did,
 against your file. Unchanged by you: it becomes the template's. Changed by you only: kept. Changed by both: merged
 (``git merge-file``), with conflict markers where the two changes overlap. New in the template: added; deleted

@@ -171,7 +171,7 @@ def default_data_missing() -> str | None:
             return (
                 f"configs/default.yaml reads data.{key}={value!r}, which this checkout does not have (data/ is "
                 "git-ignored): its contract checks run where the data is; for CI, commit a small sample (e.g. "
-                f"tests/data/) and point data.{key} at it (README, Make it yours)."
+                f"tests/data/) and point data.{key} at it (docs/your-own.md, Make it yours)."
             )
     return None
 

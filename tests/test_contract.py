@@ -1,7 +1,7 @@
 """The contract suite: the template's key guarantees, run against the task, data and net that
 ``configs/default.yaml`` selects ("default": after you swap in your own task, DataModule or net, these say whether
 it keeps them), and against a generated fixture for each shipped task: classification of an image folder
-("images"), regression on a CSV table ("regression"), the README's one-file custom task, multi-label
+("images"), regression on a CSV table ("regression"), the manual's one-file custom task, multi-label
 classification ("multilabel"), semantic segmentation of images with masks ("segmentation"), and a language
 model on a text corpus ("language_model": token ids in, a class per position, generation as its prediction), and
 text classification ("text_classification": texts of different lengths, padded per batch).
@@ -332,7 +332,7 @@ def _recorded(save_dir: Path, subject: tuple[str, ...], *args: str) -> Recorder:
                "--trainer.callbacks+=probes.Recorder", "--trainer.callbacks.keep_grads=true", *args)  # fmt: skip
     if _has_batchnorm(cli):
         pytest.skip("the net has BatchNorm: micro-batches are normalised over themselves, so accumulation is not "
-                    "a big batch by design (README, Scaling out)")  # fmt: skip
+                    "a big batch by design (docs/precision-and-devices.md, Scaling out)")  # fmt: skip
     return next(cb for cb in cli.trainer.callbacks if isinstance(cb, Recorder))
 
 

@@ -1,6 +1,6 @@
-"""The README's guarantees table against the tests and the mutants: every test a row names exists, every mutant of
-`make mutants` breaks a test some row names (and the row says which mutants those are), and a row without a mutant
-is counted, so that a new promise without one is a red test rather than a forgotten one."""
+"""The manual's guarantees table (docs/guarantees.md) against the tests and the mutants: every test a row names
+exists, every mutant of `make mutants` breaks a test some row names (and the row says which mutants those are), and
+a row without a mutant is counted, so that a new promise without one is a red test rather than a forgotten one."""
 
 import ast
 
@@ -10,11 +10,11 @@ from conftest import ROOT
 
 # Rows whose promise no mutant breaks yet. It may only fall: give a new row a mutant (scripts/mutants.py) that its
 # test kills, or give an old one a mutant and lower this.
-UNGUARDED_AT_MOST = 47
+UNGUARDED_AT_MOST = 40
 
 
 def guarantee_rows() -> list[tuple[str, set[guarantees.Ref], list[str]]]:
-    return guarantees.guarantee_rows(ROOT / "README.md")
+    return guarantees.guarantee_rows(ROOT)
 
 
 def guards(mutant: mutants.Mutant, row_tests: set[guarantees.Ref]) -> bool:

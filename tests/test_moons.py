@@ -1,8 +1,9 @@
-"""The README's own Dataset in one file (project/data/moons.py): it trains, predicts, and is the README's."""
+"""The manual's own Dataset in one file (project/data/moons.py): it trains, predicts, and is the manual's."""
 
 import csv
 from pathlib import Path
 
+import manual  # scripts/ (conftest puts it on the path)
 import numpy as np
 import pytest
 from conftest import DEBUG, DIGITS, ROOT, fit, scalars
@@ -17,7 +18,7 @@ def test_your_own_dataset_in_one_file_trains_predicts_and_is_in_the_readme(
     source = (ROOT / "project" / "data" / "moons.py").read_text()
     assert len(source.splitlines()) <= 50
     body = source[source.index("from typing") :].strip()
-    assert body in (ROOT / "README.md").read_text(), "README's Make it yours example differs from the tested file"
+    assert body in manual.text(ROOT), "the manual's Make it yours example differs from the tested file"
     cli = fit(tmp_path, "--data=project.data.moons.MoonsDataModule", "--data.normalize=true",
               "--model.net=project.nets.MLP", "--trainer.max_epochs=15", configs=(DIGITS, DEBUG))  # fmt: skip
     run = Path(cli.trainer.log_dir)

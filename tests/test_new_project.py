@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import new_project  # scripts/ (conftest puts it on the path)
+import manual  # scripts/ (conftest puts it on the path)
+import new_project
 import pytest
 from conftest import PACKAGE, ROOT
 from shipped_examples import EXAMPLES, present
@@ -47,10 +48,14 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
                 if (ROOT / f).is_file() and f not in left_out}  # fmt: skip
     assert set(git("ls-files").split()) == expected | {"template.toml"}
     assert kept == [name for name in EXAMPLES if present(name)] or kept == ["table"]
-    # What a left-out example was is gone with its files: its imports, its README text.
-    readme = (churn / "README.md").read_text()
+    # What a left-out example was is gone with its files: its imports, its text on every page of the manual.
+    every_page = manual.text(churn)
+    layout = manual.section(churn, "Layout")[1]
     for name in set(EXAMPLES) - set(kept):
-        assert f"<!-- example: {name} -->" not in readme
+        assert f"<!-- example: {name} -->" not in every_page
+        files = [Path(f).name for f in EXAMPLES[name].files if f.endswith(".py")]
+        listed = [f for f in files if re.search(rf"\s{re.escape(f)}\s", layout)]
+        assert not listed, f"the README's Layout lists {listed} of the left-out {name}"
         for module in EXAMPLES[name].modules:
             part, _, file = module.partition(".")
             assert f"{NEW}.{part}.{file} import" not in (churn / NEW / part / "__init__.py").read_text()
@@ -74,7 +79,7 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
 
 
 def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> None:
-    # Its configs (every class path), its CLI as a process (`-m churn`), its README's modules and its guarantees
+    # Its configs (every class path), its CLI as a process (`-m churn`), its manual's modules and its guarantees
     # table, with this interpreter (its .venv is the user's to make: make install), in which the template's own
     # package is installed: a stub first on the path makes importing it an error, so nothing renamed is missed.
     stub = tmp_path / "blocked" / PACKAGE

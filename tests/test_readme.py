@@ -1,4 +1,5 @@
-"""The README is the manual: what it names exists (tests it cites as proof, config files, make targets, modules)."""
+"""The manual (README.md and its pages under docs/): what it names exists (tests it cites as proof, config files,
+make targets, modules), and every command it shows runs."""
 
 import ast
 import json
@@ -9,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import manual  # scripts/ (conftest puts it on the path)
 import pytest
 from conftest import ROOT
 
 from project.engine.cli import PACKAGE
 
-README = (ROOT / "README.md").read_text()
+PAGES = {page.relative_to(ROOT): page.read_text() for page in manual.pages(ROOT)}
+MANUAL = manual.text(ROOT)
 
 
 def _test_names() -> dict[str, set[str]]:
@@ -24,38 +27,43 @@ def _test_names() -> dict[str, set[str]]:
     }
 
 
-def test_every_test_the_readme_cites_exists() -> None:
-    names, missing, last = _test_names(), [], None
-    # `test_x.py::name`, and the `...::name` that follow it in the same row (the same file).
-    for match in re.finditer(r"`(test_\w+\.py)(?:::(\w+))?[^`]*`|`\.\.\.::(\w+)`", README):
-        file, name = (match.group(1), match.group(2)) if match.group(1) else (last, match.group(3))
-        last = file
-        if file not in names or (name and name not in names[file]):
-            missing.append(f"{file}::{name}" if name else file)
-    assert not missing, f"the README cites tests that do not exist: {missing}"
+def test_every_test_the_manual_cites_exists() -> None:
+    names, missing = _test_names(), []
+    for page, text in PAGES.items():
+        last = None
+        # `test_x.py::name`, and the `...::name` that follow it in the same row (the same file).
+        for match in re.finditer(r"`(test_\w+\.py)(?:::(\w+))?[^`]*`|`\.\.\.::(\w+)`", text):
+            file, name = (match.group(1), match.group(2)) if match.group(1) else (last, match.group(3))
+            last = file
+            if file not in names or (name and name not in names[file]):
+                missing.append(f"{page}: {file}::{name}" if name else f"{page}: {file}")
+    assert not missing, f"the manual cites tests that do not exist: {missing}"
 
 
-def test_every_config_file_the_readme_names_exists() -> None:
-    configs = set(re.findall(r"(?<![\w/])(?:tests/)?configs/[\w/.-]+\.yaml\b", README))
+def test_every_config_file_the_manual_names_exists() -> None:
+    configs = set(re.findall(r"(?<![\w/])(?:tests/)?configs/[\w/.-]+\.yaml\b", MANUAL))
     absent = sorted(c for c in configs if not (ROOT / c).is_file() and "mine" not in c and "my_" not in c)
-    assert not absent, f"the README names config files that do not exist: {absent}"
+    assert not absent, f"the manual names config files that do not exist: {absent}"
 
 
-def test_every_make_target_the_readme_runs_exists() -> None:
+def test_every_make_target_the_manual_runs_exists() -> None:
     targets = set(re.findall(r"^([a-z][\w-]*):.*##", (ROOT / "Makefile").read_text(), re.M))
-    code = re.findall(r"```bash\n(.*?)```", README, re.S) + re.findall(r"`([^`\n]+)`", README)  # commands only
+    code = re.findall(r"```bash\n(.*?)```", MANUAL, re.S) + re.findall(r"`([^`\n]+)`", MANUAL)  # commands only
     used = {m for block in code for m in re.findall(r"(?:^|\s)make ([a-z][\w-]*)", block, re.M)}
-    assert used <= targets, f"the README runs make targets the Makefile lacks: {sorted(used - targets)}"
+    assert used <= targets, f"the manual runs make targets the Makefile lacks: {sorted(used - targets)}"
 
 
 def test_every_measured_time_is_in_the_dated_measurements() -> None:
-    # One dated table (and the bench's own tables in Performance), so two figures for one thing cannot disagree.
-    # Example outputs (code blocks) and settings (SLURM's SIGTERM lead) are not measurements.
-    prose = re.sub(r"```.*?```", "", README, flags=re.S).replace("SIGTERM 120 s", "")
-    sections = re.split(r"^## ", prose, flags=re.M)
-    stray = [f"{section.splitlines()[0]}: {m.group(0)!r}" for section in sections
-             if not section.startswith(("Measurements", "Performance"))
-             for m in re.finditer(r".{30}\b\d+(?:\.\d+)? ?(?:min|s)\b", section)]  # fmt: skip
+    # One dated table (and the bench's own tables in Performance), wherever those sections stand, so two figures
+    # for one thing cannot disagree. Example outputs (code blocks) and settings (SLURM's SIGTERM lead) are not
+    # measurements.
+    stray = []
+    for page, text in PAGES.items():
+        for title, section in manual.sections(text, deepest=2):
+            if not title.startswith(("Measurements", "Performance")):
+                prose = re.sub(r"```.*?```", "", section, flags=re.S).replace("SIGTERM 120 s", "")
+                found = re.finditer(r".{30}\b\d+(?:\.\d+)? ?(?:min|s)\b", prose)
+                stray += [f"{page}, {title or 'its opening'}: {m.group(0)!r}" for m in found]
     assert not stray, f"times given outside the Measurements table: {stray}"
 
 
@@ -63,21 +71,38 @@ def test_the_makefile_section_names_every_target_and_variable() -> None:
     makefile = (ROOT / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z][\w-]*):.*##", makefile, re.M))
     variables = set(re.findall(r"^([A-Z_]+) \?=", makefile, re.M))
-    section = README.split("## Makefile", 1)[1].split("\n## ", 1)[0]
+    _, section = manual.section(ROOT, "Makefile")
     named = set(re.findall(r"`([\w-]+)`", section))
     assert targets <= named and variables <= named, sorted((targets | variables) - named)
 
 
-def test_every_module_the_readme_runs_or_imports_exists() -> None:
-    modules = set(re.findall(rf"python -m ({PACKAGE}[\w.]*)", README)) | set(
-        re.findall(rf"from ({PACKAGE}[\w.]*) import", README)
+def test_every_link_between_the_manuals_pages_leads_to_a_page_and_heading_there() -> None:
+    def anchor(title: str) -> str:  # as GitHub makes a heading's anchor
+        return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+    anchors = {page: {anchor(title) for _, _, title in manual.headings(text)} for page, text in PAGES.items()}
+    broken = []
+    for page, text in PAGES.items():
+        for link in re.findall(r"\]\(((?!https?:)[^)\s]*)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+            path, _, heading = link.partition("#")
+            target = Path(os.path.normpath(page.parent / path)) if path else page
+            # A page of the manual (and a heading of it), else a file or folder of the repository.
+            leads = (not heading or heading in anchors[target]) if target in anchors else (ROOT / target).exists()
+            if not leads:
+                broken.append(f"{page}: {link}")
+    assert not broken, f"links of the manual that lead nowhere: {broken}"
+
+
+def test_every_module_the_manual_runs_or_imports_exists() -> None:
+    modules = set(re.findall(rf"python -m ({PACKAGE}[\w.]*)", MANUAL)) | set(
+        re.findall(rf"from ({PACKAGE}[\w.]*) import", MANUAL)
     )
     absent = [m for m in sorted(modules) if not (ROOT / (m.replace(".", "/") + ".py")).is_file()
               and not (ROOT / m.replace(".", "/") / "__init__.py").is_file()]  # fmt: skip
-    assert not absent, f"the README names modules that do not exist: {absent}"
+    assert not absent, f"the manual names modules that do not exist: {absent}"
 
 
-# ---- Every command the README shows, run as far as it goes without training ----------------------------------
+# ---- Every command the manual shows, run as far as it goes without training ----------------------------------
 #
 # Each fenced shell line (and each command of the "Scaling out" table) runs for real in a scratch copy of the
 # checkout's layout: `make` runs the real recipe, shell logic included, and the scripts run as they are, but every
@@ -85,7 +110,7 @@ def test_every_module_the_readme_runs_or_imports_exists() -> None:
 # Each recorded command is then handed to its own parser: the project's CLI resolves it up to building the classes
 # (every config file exists and composes, every key and value type-checks, the run length is known, a checkpoint
 # fits), and the argparse tools parse their flags.
-# The run directories the README names (`logs/digits/version_0`, ...) are one short run trained here.
+# The run directories the manual names (`logs/digits/version_0`, ...) are one short run trained here.
 
 FAKE = """#!{python}
 import json, os, sys
@@ -118,20 +143,21 @@ class _Parsed(Exception):
     pass
 
 
-def _readme_commands() -> list[str]:
+def _manual_commands() -> list[str]:
     lines = [
         line.split("  #")[0].split(" # ")[0].strip()
-        for block in re.findall(r"```bash\n(.*?)```", README, re.S)
+        for block in re.findall(r"```bash\n(.*?)```", MANUAL, re.S)
         for line in block.splitlines()
     ]
-    section = README.split("### Scaling out", 1)[1].split("\n#", 1)[0]
+    _, section = manual.section(ROOT, "Scaling out")
     scaling = "\n".join(line for line in section.splitlines() if line.startswith("|"))  # its table of launches
     lines += [c for c in re.findall(r"`([^`]+)`", scaling) if c.startswith(("make ", "python -m", "NNODES=", "sbatch"))]
     return [line for line in lines if line and not line.startswith("#") and "{" not in line]  # not the synopsis
 
 
 def _checkout(tmp_path: Path) -> Path:
-    """The checkout's layout with the README's placeholders made real: run directories, your config, a sweep's best."""
+    """The checkout's layout with the manual's placeholders made real: run directories, your config, a sweep's
+    best."""
     from conftest import fit
 
     checkout, fake = tmp_path / "checkout", tmp_path / "bin"
@@ -151,7 +177,7 @@ def _checkout(tmp_path: Path) -> Path:
         fit(tmp_path / "trained", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
             "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1").trainer.log_dir  # type: ignore[arg-type]
     )  # fmt: skip
-    named = set(re.findall(r"\blogs/(\w+/version_\d+)", README))  # each run directory the README names
+    named = set(re.findall(r"\blogs/(\w+/version_\d+)", MANUAL))  # each run directory the manual names
     language_model = run
     if any(name.startswith("language_model/") for name in named):  # a language model's run: its own task
         from conftest import DIGITS, LANGUAGE_MODEL
@@ -173,7 +199,7 @@ def _checkout(tmp_path: Path) -> Path:
 
 
 def _record(line: str, checkout: Path, record: Path) -> None:
-    """Runs one README line with the stand-in programs; they append what they were asked to run to ``record``."""
+    """Runs one line of the manual with the stand-in programs; they append what they were asked to run to ``record``."""
     import shlex
 
     words = shlex.split(re.sub(r"<[^>]*>", "0", line))  # NODE_RANK=<0..N-1> MASTER_ADDR=<node 0>: node 0
@@ -246,9 +272,9 @@ def _parse(name: str, args: list[str], checkout: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.slow
-def test_every_command_the_readme_shows_runs_and_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_command_the_manual_shows_runs_and_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     checkout, record = _checkout(tmp_path), tmp_path / "record.jsonl"
-    commands = _readme_commands()
+    commands = _manual_commands()
     assert len(commands) > 40 and "make train" in commands  # the extraction works
     problems, parsed = [], 0
     for line in commands:
@@ -260,5 +286,5 @@ def test_every_command_the_readme_shows_runs_and_resolves(tmp_path: Path, monkey
             parsed += sum(_parse(name, args, checkout, monkeypatch) == "parsed" for name, args in recorded)
         except Exception as err:  # every line's problem is reported, not only the first one's
             problems.append(f"{line}: {str(err).splitlines()[0] if str(err) else err!r}")
-    assert not problems, "README commands that do not work:\n" + "\n".join(problems)
+    assert not problems, "commands of the manual that do not work:\n" + "\n".join(problems)
     assert parsed >= 35  # most lines end in a command that was resolved, not merely run

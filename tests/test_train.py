@@ -1,4 +1,5 @@
-"""The default run through the CLI: it learns, and its run directory holds what the README promises."""
+"""The default run through the CLI: it learns, and its run directory holds what the manual promises (docs/usage.md,
+Runs, logs and checkpoints)."""
 
 from pathlib import Path
 

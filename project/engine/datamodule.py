@@ -1,6 +1,6 @@
 """The engine every DataModule gets: the train/val/test split, every DataLoader setting, the samplers (seeded and
 sharded across processes, resumable mid-epoch, unpadded for evaluation), and the normalisation. A DataModule for
-your data subclasses ``DataModule`` and only says what the data is (see ``project/data/``, and the README's
+your data subclasses ``DataModule`` and only says what the data is (see ``project/data/``, and docs/your-own.md,
 "Make it yours").
 
 The contract a subclass declares, which everything downstream reads (the net's shapes, the task, ``predict``,
