@@ -29,6 +29,7 @@ import manual
 import shipped_examples
 
 TEMPLATE = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = TEMPLATE / "configs" / "default.yaml"  # your choice of task and data: the new repository keeps it
 VERBATIM = (
     "scripts/new_project.py",
     "tests/test_new_project.py",
@@ -201,6 +202,11 @@ def new_project(name: str, dest: Path, keep: list[str] | None = None) -> Path:
     check(old, name, dest)
     kept = kept_examples(keep)
     removed = [n for n in shipped_examples.EXAMPLES if n not in kept]
+    needed = [n for n in shipped_examples.selected_by(DEFAULT_CONFIG.read_text(), TEMPLATE) if n in removed]
+    if needed:
+        raise Refused(f"KEEP={' '.join(keep or [])!r}: configs/default.yaml selects the {needed[0]} example, which "
+                      f"KEEP leaves out (the new repository would have no default run): keep it too, e.g. "
+                      f"KEEP=\"{' '.join([*(keep or []), needed[0]])}\".")  # fmt: skip
     left_out = {f for n in removed for f in shipped_examples.EXAMPLES[n].files}
     files = [f for f in template_files() if f not in left_out]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=TEMPLATE, capture_output=True, text=True).stdout.strip()

@@ -11,6 +11,7 @@ The manual (README.md and docs/*.md: scripts/manual.py) marks the text of an exa
 the tests it names. Only the standard library: scripts/new_project.py reads it before any install.
 """
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -115,3 +116,21 @@ def with_needs(names: list[str]) -> list[str]:
             wanted.add(name)
             todo.extend(EXAMPLES[name].needs)
     return [n for n in EXAMPLES if n in wanted]
+
+
+def names(example: str, root: Path = ROOT) -> set[str]:
+    """How code and configs name an example: the dotted modules of its Python files in the package, and its classes
+    as the package exports them (``project.tasks.Regressor``)."""
+    found = set()
+    for file in EXAMPLES[example].files:
+        if file.endswith(".py") and not file.startswith(("tests/", "scripts/", "benchmarks/")):
+            dotted = file.removesuffix(".py").replace("/", ".")
+            parent = dotted.rpartition(".")[0]
+            found |= {dotted, *(f"{parent}.{c}" for c in re.findall(r"(?m)^class (\w+)", (root / file).read_text()))}
+    return found
+
+
+def selected_by(config: str, root: Path = ROOT) -> list[str]:
+    """The examples (of those at ``root``) that a config's text names, e.g. in its class paths."""
+    return [n for n in EXAMPLES if present(n, root)
+            and any(re.search(rf"(?<![\w.]){re.escape(m)}(?![\w.])", config) for m in names(n, root))]  # fmt: skip

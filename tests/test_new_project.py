@@ -12,7 +12,7 @@ import manual  # scripts/ (conftest puts it on the path)
 import new_project
 import pytest
 from conftest import PACKAGE, ROOT
-from shipped_examples import EXAMPLES, present
+from shipped_examples import EXAMPLES, present, selected_by, with_needs
 
 pytestmark = pytest.mark.slow
 
@@ -23,8 +23,9 @@ def _make(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 # Every example (the default), and only the table (with the engine and the offline default every repository keeps;
-# in a repository without the table: no example).
-KEEPS = {"all": None, **({"table": ["table"]} if present("table") else {"none": ["none"]})}
+# in a repository without the table: no example), and what configs/default.yaml selects (whatever it is: yours).
+SELECTED = selected_by((ROOT / "configs" / "default.yaml").read_text())
+KEEPS = {"all": None, **({"table": ["table", *SELECTED]} if present("table") else {"none": SELECTED or ["none"]})}
 NEW = "churn" if PACKAGE != "churn" else "churn_next"  # the new package: another name than this repository's
 
 
@@ -47,7 +48,7 @@ def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -
     expected = {new_project.rename(f, PACKAGE, NEW) for f in template_files
                 if (ROOT / f).is_file() and f not in left_out}  # fmt: skip
     assert set(git("ls-files").split()) == expected | {"template.toml"}
-    assert kept == [name for name in EXAMPLES if present(name)] or kept == ["table"]
+    assert kept == [name for name in EXAMPLES if present(name)] or kept == with_needs(["table", *SELECTED])
     # What a left-out example was is gone with its files: its imports, its text on every page of the manual.
     every_page = manual.text(churn)
     layout = manual.section(churn, "Layout")[1]
@@ -115,3 +116,20 @@ def test_a_destination_that_holds_files_is_refused(tmp_path: Path) -> None:
     made = _make("--name", NEW, "--dest", str(tmp_path))
     assert made.returncode == 2 and "exists and is not an empty folder" in made.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["yours.txt"]
+
+
+def test_a_default_config_that_selects_a_left_out_example_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # configs/default.yaml is yours and the new repository keeps it: leaving out what it runs would leave that
+    # repository without a default run (its test_config, contract suite and `make train` red).
+    if not present("table"):
+        pytest.skip("this repository has no table example to select")
+    config = tmp_path / "default.yaml"
+    config.write_text(f"data:\n  class_path: {PACKAGE}.data.CSVDataModule\n")
+    monkeypatch.setattr(new_project, "DEFAULT_CONFIG", config)
+    with pytest.raises(
+        new_project.Refused, match=r"configs/default\.yaml selects the table example, which KEEP leaves"
+    ):
+        new_project.new_project(NEW, tmp_path / "new", ["none"])
+    assert not (tmp_path / "new").exists()

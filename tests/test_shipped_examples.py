@@ -6,20 +6,7 @@ import re
 from pathlib import Path
 
 from conftest import PACKAGE, ROOT
-from shipped_examples import EXAMPLES, present
-
-
-def _modules(example: str) -> set[str]:
-    """The dotted modules of an example's Python files in the package, and its classes as the package exports them
-    (``project.tasks.Regressor``)."""
-    found = set()
-    for file in EXAMPLES[example].files:
-        if file.startswith(f"{PACKAGE}/") and file.endswith(".py"):
-            dotted = file.removesuffix(".py").replace("/", ".")
-            found.add(dotted)
-            parent = dotted.rpartition(".")[0]
-            found |= {f"{parent}.{c}" for c in re.findall(r"(?m)^class (\w+)", (ROOT / file).read_text())}
-    return found
+from shipped_examples import EXAMPLES, names, present
 
 
 def _own_files(example: str) -> set[str]:
@@ -42,7 +29,7 @@ def test_an_examples_code_imports_only_the_examples_it_builds_on() -> None:
                 continue
             text = (ROOT / file).read_text()
             for other in set(filter(present, EXAMPLES)) - allowed:
-                named = [m for m in _modules(other) if re.search(rf"\b{re.escape(m)}\b", text)]
+                named = [m for m in names(other) if re.search(rf"\b{re.escape(m)}\b", text)]
                 assert not named, f"{file} ({name}) imports {named} of {other}: add it to {name}'s needs"
 
 
@@ -54,11 +41,11 @@ def test_nothing_outside_an_example_names_its_code_or_its_configs() -> None:
                if path != ROOT / "configs" / "default.yaml"]  # fmt: skip
     for name in filter(present, EXAMPLES):
         own = _own_files(name)
-        names = _modules(name) | {f for f in EXAMPLES[name].files if f.endswith(".yaml")}
+        named_by = names(name) | {f for f in EXAMPLES[name].files if f.endswith(".yaml")}
         for path in outside:
             relative = str(path.relative_to(ROOT))
             if relative in own or path == Path(__file__):
                 continue
             text = path.read_text()
-            named = sorted(n for n in names if re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w.])", text))
+            named = sorted(n for n in named_by if re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w.])", text))
             assert not named, f"{relative} names {named} of the {name} example: deleting it would break this file"
