@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PACKAGE, ROOT
+from shipped_examples import selected_by
 
 pytestmark = pytest.mark.slow
 NEW = "acme"
@@ -26,7 +27,8 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 @pytest.fixture
 def template_and_repo(tmp_path: Path) -> tuple[Path, Path]:
-    """This checkout as a template of its own (one commit), and a repository made from it (no example)."""
+    """This checkout as a template of its own (one commit), and a repository made from it (no example but what
+    configs/default.yaml selects: yours, whatever it is)."""
     template = tmp_path / "template"
     listed = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     for name in subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0"):
@@ -36,8 +38,9 @@ def template_and_repo(tmp_path: Path) -> tuple[Path, Path]:
     for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the template"]):
         _git(template, *step)
     repo = tmp_path / NEW
+    keep = selected_by((ROOT / "configs" / "default.yaml").read_text()) or ["none"]
     made = subprocess.run([sys.executable, str(template / "scripts" / "new_project.py"), "--name", NEW, "--dest",
-                           str(repo), "--keep", "none"], capture_output=True, text=True)  # fmt: skip
+                           str(repo), "--keep", *keep], capture_output=True, text=True)  # fmt: skip
     assert made.returncode == 0, made.stderr
     return template, repo
 
