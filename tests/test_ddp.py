@@ -273,7 +273,7 @@ def _assert_matches_single_process(records: Path, runs: dict) -> None:
 @pytest.mark.slow
 def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path: Path) -> None:
     # The manual's command (Scaling out): scripts/torchrun.sh on every "node", the same line, the run's configs after
-    # it. Two torchrun agents meet through a c10d rendezvous on loopback (node ranks assigned by it).
+    # it. Two torchrun agents meet through a static rendezvous on loopback (node ranks as given).
     fit_args = ["--config", DIGITS, "--data.batch_size=16", *COMMON,
                 f"--trainer.callbacks.out_dir={tmp_path / 'records'}",
                 f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}"]  # fmt: skip
