@@ -176,14 +176,15 @@ def _guarantees_without(text: str, start: int, end: int, dest: Path, mutants: Mo
         if (cells := guarantees.split_row(line)) is None:
             lines.append(line)
             continue
-        promise, tests, _ = cells
+        promise, tests, before = cells
         kept = [t for t in re.findall(r"`[^`]+`", tests) if _test_here(t, dest, tests)]
         cell = ", ".join(kept) if not tests.startswith("same test") else tests
         previous = guarantees.refs_in_cell(cell, previous)
         if not previous:
             continue
         named = [f"`{m.name}`" for m in mutants.MUTANTS if guarantees.guards(m.tests, previous)]
-        lines.append(f"| {promise} | {cell} | {', '.join(named) or guarantees.NONE_YET} |\n")
+        empty = before if before in guarantees.EXEMPT else guarantees.NONE_YET
+        lines.append(f"| {promise} | {cell} | {', '.join(named) or empty} |\n")
     return text[:start] + "".join(lines) + text[end:]
 
 
