@@ -402,6 +402,22 @@ SHIPPED = (
            'not isinstance(getattr(net, "backbone", None), nn.Module):',
            "        if False:",
            ("tests/test_pretrained.py::test_fine_tuning_a_net_without_a_backbone_is_refused_saying_what_a_backbone_is",)),
+    Mutant("bits-per-byte-counts-bytes-not-tokens", "project/tasks/language_model.py",
+           "self.token_bytes[targets[counted]])", "torch.ones_like(targets[counted]))",
+           ("tests/test_language_model.py::test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text"
+            "[bpe]",)),
+    Mutant("a-prompt-starts-as-texts-do", "project/data/text.py",
+           "torch.tensor([self.end_of_text, *self.encode(t)][-block:])", "torch.tensor(self.encode(t)[-block:])",
+           ("tests/test_language_model.py::test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused",)),
+    Mutant("an-empty-prompt-is-refused", "project/data/text.py",
+           "        if empty := [name for name, text in zip(names, texts, strict=True) if not text]:",
+           "        if empty := []:",
+           ("tests/test_language_model.py::test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused",)),
+    Mutant("predict-restores-no-checkpoint-callbacks", "project/engine/cli.py",
+           "            trainer.callbacks = [cb for cb in trainer.callbacks or [] "
+           "if not issubclass(_kind(cb), Checkpoint)]",
+           "            pass",
+           ("tests/test_contract.py::test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs[default]",)),
 )  # fmt: skip
 
 

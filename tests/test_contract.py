@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -406,7 +407,11 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
     task, dm = cli.model, cli.datamodule
     if hasattr(task, "generate"):
         pytest.skip("a prediction of this task is a generation: test_greedy_generation_is_the_teacher_forced_argmax")
-    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
+    # Predict writes no checkpoint: it restores no checkpoint callback, nor warns that their directory "has changed".
+    assert not [str(w.message) for w in caught if "dirpath has changed" in str(w.message)]
     with open(run / "predictions.csv") as f:
         rows = list(csv.reader(f))
     # One row per test sample, in order: the task's own columns for what the model outputs on that sample.
@@ -443,7 +448,8 @@ def _test_inputs_file(dm: DataModule, folder: Path) -> Path:
         np.save(folder / "test_inputs.npy", inputs.numpy())
         return folder / "test_inputs.npy"
     texts = [bytes(t for t in x.tolist() if dm.vocabulary[t].startswith("<0x")).decode() for x in inputs]
-    (folder / "test_inputs.txt").write_text("\n".join(texts))
+    # A text per line: a block's own line breaks (and Python's other line separators, as a form feed) as spaces.
+    (folder / "test_inputs.txt").write_text("\n".join(" ".join(t.splitlines()) for t in texts if t.strip()))
     return folder / "test_inputs.txt"
 
 
@@ -545,6 +551,8 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     assert metadata["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
     assert metadata["input"].get("features") == dm.input_names  # a table's columns, in the order to feed them
     assert metadata["input"]["normalization"] == dm.normalization
+    # And what the DataModule says about building inputs from raw ones (a language model's prompt format).
+    assert {k: metadata["input"][k] for k in dm.input_description()} == json.loads(json.dumps(dm.input_description()))
     # Raw inputs in, the task's outputs out (the normalisation and the task's head are inside the exported model).
     inputs, _ = dm.split_tensors("test")
     session = onnxruntime.InferenceSession(str(run / "checkpoints" / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -46,7 +46,7 @@ def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp
     alone decodes (it is what the checkpoint keeps), as Hugging Face's own decoder does."""
     pytest.importorskip("tokenizers", reason="data.tokenizer=bpe needs the text extra")
     from project.data.text import TextDataModule
-    from project.data.tokenizer import bpe, decode
+    from project.data.tokenizer import bpe, decode, token_bytes
 
     text = _corpus_with_a_word_only_in_the_test_text(tmp_path / "corpus.txt", text_corpus)
     dm = TextDataModule(str(tmp_path / "corpus.txt"), block_size=16, tokenizer="bpe", vocab_size=512,
@@ -58,10 +58,75 @@ def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp
     assert ranges[0][0] == 0 and ranges[0][1] == ranges[1][0] and ranges[1][1] == ranges[2][0]
     assert ranges[2][1] == len(ids)
     assert "".join(decode(ids[a:b].tolist(), dm.vocabulary) for a, b in ranges) == text
+    stands_for = token_bytes(dm.vocabulary)  # bits per byte divide by it: a split's tokens are its text's bytes
+    for a, b in ranges:
+        assert sum(stands_for[i] for i in ids[a:b].tolist()) == len(decode(ids[a:b].tolist(), dm.vocabulary).encode())
     assert "zyzzyva" in decode(ids[slice(*ranges[2])].tolist(), dm.vocabulary)  # the word is in the test text
     sample = "naïve café — ✓ def f(x):\n    return x  # \x00\x7f"
     assert decode(dm.encode(sample), dm.vocabulary) == bpe(dm.tokenizer_json).decode(dm.encode(sample)) == sample
     assert len(dm.encode("    return self.hparams")) < len("    return self.hparams") / 2  # merges were learned
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
+def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
+    tokenizer: str, tmp_path: Path, text_corpus: Path
+) -> None:
+    """val/bpb = the split's summed next-token loss in nats, over the bytes of text its counted targets stand for,
+    / ln 2 (a byte: 1, a BPE token: its bytes, <|endoftext|>: 0): the same quantity whatever the tokenizer, where
+    val/loss is per token (seen failing as val/loss / ln 2, which counts a BPE token as one byte)."""
+    import math
+
+    import torch
+    from conftest import LANGUAGE_MODEL
+
+    from project.engine.cli import CLI
+
+    if tokenizer == "bpe":
+        pytest.importorskip("tokenizers", reason="data.tokenizer=bpe needs the text extra")
+    args = [
+        f"--data.path={text_corpus}",
+        f"--data.tokenizer={tokenizer}",
+        "--data.vocab_size=300",
+        f"--data.cache_dir={tmp_path / 'cache'}",
+        "--trainer.limit_val_batches=3",
+        "--trainer.logger=false",
+    ]
+    cli = CLI(["validate", "--config", DIGITS, "--config", LANGUAGE_MODEL, *args])  # fmt: skip
+    task, dm = cli.model.eval(), cli.datamodule
+    nats, text_bytes = 0.0, 0
+    with torch.no_grad():
+        for _, (x, y) in zip(range(3), dm.val_dataloader(), strict=False):
+            nats += task.loss(task(x), y).double().sum().item()  # no padding in a corpus's blocks
+            end = y == dm.end_of_text
+            text_bytes += (y[~end] < 256).sum().item() if tokenizer == "bytes" else int(task.token_bytes[y].sum())
+    logged = float(cli.trainer.callback_metrics["val/bpb"])
+    assert logged == pytest.approx(nats / text_bytes / math.log(2), rel=1e-6)  # float32 losses, summed in float64
+    per_token = float(cli.trainer.callback_metrics["val/loss"]) / math.log(2)
+    # A byte is a token (the corpus holds no <|endoftext|> to leave out); a BPE token stands for a byte or more.
+    assert logged < per_token * 0.99 if tokenizer == "bpe" else logged == pytest.approx(per_token, rel=1e-6)
+
+
+def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_path: Path, text_corpus: Path) -> None:
+    """What model.json tells a user of the exported model (the prefix, the ids kept, the tokenizer) is what predict
+    does with a prompt file: a byte's id is its value; a blank line is refused, naming it, not generated from."""
+    import json
+
+    from project.data.text import TextDataModule
+    from project.engine.errors import ConfigError
+
+    dm = TextDataModule(str(text_corpus), block_size=16, cache_dir=str(tmp_path / "cache"))
+    said = dm.input_description()
+    assert said["prompt"]["prefix"] == [256] and said["prompt"]["keep_last"] == 16
+    assert json.loads(said["tokenizer_json"])["special"] == {"<|endoftext|>": 256}
+    texts = ["def f(", "naïve café, and a prompt longer than the block"]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(texts) + "\n")
+    read = dm.load_predict_inputs(prompts)
+    for text, (ids, _) in zip(texts, read, strict=True):
+        assert ids.tolist() == [*said["prompt"]["prefix"], *text.encode()][-said["prompt"]["keep_last"] :]
+    prompts.write_text("def f(\n\nclass A:\n\n")
+    with pytest.raises(ConfigError, match="line 2, line 4 holds an empty prompt"):
+        dm.load_predict_inputs(prompts)
 
 
 def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_path: Path, text_corpus: Path) -> None:

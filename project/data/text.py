@@ -264,16 +264,31 @@ class TextDataModule(DataModule):
         if path.is_dir():
             files = sorted(path.rglob("*.txt"))
             texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+            names = [str(f) for f in files]
         elif path.suffix == ".txt":
             texts = path.read_text(encoding="utf-8", errors="replace").splitlines()
+            names = [f"line {i}" for i in range(1, len(texts) + 1)]
         else:
             raise ConfigError(f"data.predict_path={str(path)!r}: expected a .txt file (a prompt per line) or a folder "
                               "of .txt files (a prompt each).")  # fmt: skip
         if not texts:
             raise ConfigError(f"data.predict_path={str(path)!r} holds no prompt.")
+        if empty := [name for name, text in zip(names, texts, strict=True) if not text]:
+            raise ConfigError(f"data.predict_path={str(path)!r}: {', '.join(empty[:3])} holds an empty prompt (it "
+                              "would generate from <|endoftext|> alone); remove it, or give it some text.")  # fmt: skip
         self.predict_columns = {"input": texts}
+        # As model.json says (input_description): <|endoftext|> first, as before every text in training, and the
+        # last block_size ids kept, the model's longest context.
         block = self.input_shape[0]
         return Prompts([torch.tensor([self.end_of_text, *self.encode(t)][-block:]) for t in texts])
+
+    def input_description(self) -> dict[str, Any]:
+        return {
+            "prompt": {"prefix": [self.end_of_text], "keep_last": self.input_shape[0],
+                       "meaning": "a prompt's token ids follow the prefix (<|endoftext|>, which precedes every text "
+                                  "in training); of those, the last keep_last are the input (longer ones are refused)"},
+            "tokenizer_json": self.run_files()["tokenizer.json"],  # also the run's tokenizer.json
+        }  # fmt: skip
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_set is None:

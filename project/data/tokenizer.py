@@ -48,6 +48,14 @@ def decode(ids: Iterable[int], vocabulary: list[str]) -> str:
     return out.decode("utf-8", errors="replace")
 
 
+def token_bytes(vocabulary: list[str]) -> list[int]:
+    """How many bytes of text each id stands for: 1 for a byte, a byte-level BPE token's count of characters
+    (each stands for one byte), 0 for ``<|endoftext|>`` and a byte vocabulary's other special ids."""
+    if vocabulary[:256] == BYTE_NAMES:
+        return [1] * 256 + [0] * (len(vocabulary) - 256)
+    return [0 if name == END_OF_TEXT else len(name) for name in vocabulary]
+
+
 def _tokenizers() -> Any:
     try:
         import tokenizers

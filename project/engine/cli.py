@@ -226,6 +226,9 @@ class CLI(LightningCLI):
             # Predictions are written in input order by one process, and log nothing.
             trainer = self.config.predict.trainer
             trainer.devices, trainer.num_nodes, trainer.strategy, trainer.logger = 1, 1, "auto", False
+            # Nor does it write checkpoints: without the run's checkpoint callbacks Lightning does not restore their
+            # state from the checkpoint predicted with (and warn that their directory "has changed").
+            trainer.callbacks = [cb for cb in trainer.callbacks or [] if not issubclass(_kind(cb), Checkpoint)]
         if self.subcommand != "fit":
             return
         trainer = self.config.fit.trainer
@@ -387,14 +390,16 @@ def _loggers_named(config: Any) -> list[tuple[str, Any]]:
     return named + [("trackers", t) for t in config.get("trackers") or []]
 
 
+def _kind(callback: Any) -> type:
+    """The class a parsed callback config names."""
+    module, _, name = str(callback.class_path).rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
 def _adapt_to_trainer_flags(trainer: Any) -> None:
     """Lightning's everyday flags keep their meaning with the default callbacks: callbacks that need what a flag
     turns off are dropped, each with one line saying so, instead of failing the run (``trainer`` is the parsed
     ``fit.trainer`` config, before anything is built)."""
-
-    def kind(callback: Any) -> type:
-        module, _, name = str(callback.class_path).rpartition(".")
-        return getattr(importlib.import_module(module), name)
 
     def monitors_val(callback: Any) -> bool:  # monitor null: the task's metric, a val/ one
         return str((callback.get("init_args") or {}).get("monitor") or "val/").startswith("val/")
@@ -410,18 +415,18 @@ def _adapt_to_trainer_flags(trainer: Any) -> None:
         drop(
             "trainer.enable_checkpointing=false: no checkpoint is written, the run cannot be resumed, and the final "
             "test uses the final weights",
-            lambda cb: issubclass(kind(cb), Checkpoint),
+            lambda cb: issubclass(_kind(cb), Checkpoint),
         )
     if trainer.limit_val_batches == 0:
         drop(
             "trainer.limit_val_batches=0 (no validation): nothing monitors val/ metrics, the final test uses the "
             "final weights",
-            lambda cb: issubclass(kind(cb), EarlyStopping | ModelCheckpoint) and monitors_val(cb),
+            lambda cb: issubclass(_kind(cb), EarlyStopping | ModelCheckpoint) and monitors_val(cb),
         )
     if trainer.enable_progress_bar is False:
-        drop("trainer.enable_progress_bar=false", lambda cb: issubclass(kind(cb), ProgressBar))
+        drop("trainer.enable_progress_bar=false", lambda cb: issubclass(_kind(cb), ProgressBar))
     if trainer.logger in (False, None) and not trainer.fast_dev_run:
-        drop("trainer.logger=false: no curves are written", lambda cb: issubclass(kind(cb), LearningRateMonitor))
+        drop("trainer.logger=false: no curves are written", lambda cb: issubclass(_kind(cb), LearningRateMonitor))
         if trainer.default_root_dir is None:  # Lightning would write config.yaml and checkpoints into the cwd
             base = Path("logs") / "no_logger"
             versions = [int(p.name[8:]) for p in base.glob("version_*") if p.name[8:].isdigit()]

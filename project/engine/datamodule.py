@@ -241,6 +241,11 @@ class DataModule(L.LightningDataModule):
         beside the checkpoint, for tools outside this code (a tokenizer's ``tokenizer.json``). None by default."""
         return {}
 
+    def input_description(self) -> dict[str, Any]:
+        """What ``model.json`` says, beside the input's shape, dtype and what the DataModule learned, about turning
+        raw inputs into the exported model's (e.g. a prompt's token ids); nothing by default."""
+        return {}
+
     def show(self, sample: Tensor, ax: Any) -> None:
         """Draws one raw sample on a matplotlib Axes: an image for (C, H, W) inputs, a bar per feature otherwise."""
         if sample.ndim == 3:

@@ -123,10 +123,11 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
             **({"max_sequence": data.input_shape[0], "vocabulary": len(data.vocabulary or [])} if sequences else {}),
             "units": "raw, as the DataModule's load_predict_inputs decodes them",
             "normalization": data.normalization,
-            "normalization_inside": True,
+            **({"normalization_inside": True} if data.normalization is not None else {}),
             **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
             # What else the DataModule learned to turn raw files into these inputs (a table's encoding).
             **{name: getattr(data, name) for name in type(data).learned if name not in DataModule.learned},
+            **data.input_description(),
         },
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,

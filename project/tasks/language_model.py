@@ -1,8 +1,9 @@
 """Language modelling: next-token cross-entropy weighted by token, judged by ``val/loss`` (min), with ``val/ppl``
-(its exponential) and ``val/bpb`` (bits per byte: the loss in bits, for a byte-level vocabulary where a token is a
-byte) logged beside it. A prediction is a generation: ``max_new_tokens`` sampled after each prompt, with
-``temperature`` and ``top_k``, seeded by ``seed`` (the same prompt and seed give the same text); these four may be
-given at predict time on any checkpoint (configs/tasks/language_model.yaml)."""
+(its exponential) and ``val/bpb`` (bits per byte: the split's summed loss in bits over the bytes of text its
+predicted tokens stand for; ``val/loss`` is per token, so only bpb compares runs of different tokenizers) logged
+beside it. A prediction is a generation: ``max_new_tokens`` sampled after each prompt, with ``temperature`` and
+``top_k``, seeded by ``seed`` (the same prompt and seed give the same text); these four may be given at predict
+time on any checkpoint (configs/tasks/language_model.yaml)."""
 
 import math
 from typing import Any
@@ -11,9 +12,32 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+from torchmetrics import Metric
 
+from project.data.tokenizer import token_bytes
 from project.engine.errors import ConfigError
 from project.engine.task import IGNORE_INDEX, Task
+
+
+class BitsPerByte(Metric):
+    """The summed next-token loss in bits over the bytes of text the predicted tokens stand for: exact over a split
+    and across processes (sums of both, reduced once), whatever the tokenizer."""
+
+    full_state_update = False
+    nats: Tensor
+    byte_count: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("nats", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("byte_count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
+
+    def update(self, losses: Tensor, token_bytes: Tensor) -> None:  # type: ignore[override]
+        self.nats += losses.sum().to(self.nats.dtype)
+        self.byte_count += token_bytes.sum()
+
+    def compute(self) -> Tensor:
+        return self.nats / self.byte_count.clamp_min(1) / math.log(2)
 
 
 class LanguageModel(Task):
@@ -26,6 +50,7 @@ class LanguageModel(Task):
     counted = "tokens"
     class_dim = -1
     settable_at_predict = ("max_new_tokens", "temperature", "top_k", "seed")
+    token_bytes: Tensor  # the bytes of text each id stands for (a buffer)
 
     def __init__(
         self,
@@ -51,17 +76,29 @@ class LanguageModel(Task):
             raise ConfigError(f"model.top_k={top_k!r}: must be >= 1, or null for all tokens.")
         self.max_new_tokens, self.temperature, self.top_k, self.seed = max_new_tokens, temperature, top_k, seed
         super().__init__(**engine)
+        # Not saved (persistent=False): derived from the vocabulary, which the checkpoint keeps as target_names.
+        bytes_of = token_bytes(self.target_names) if self.target_names else []
+        self.register_buffer("token_bytes", torch.tensor(bytes_of, dtype=torch.int64), persistent=False)
+        self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         losses = F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=IGNORE_INDEX)
         return losses.view_as(targets)
 
+    def update_metrics(self, metrics: Any, outputs: Tensor, targets: Tensor) -> None:
+        super().update_metrics(metrics, outputs, targets)
+        if not self.token_bytes.numel():  # built by hand without a vocabulary: no bytes to count
+            return
+        counted = targets != IGNORE_INDEX
+        bpb = self.val_bpb if metrics is self.val_metrics else self.test_bpb
+        bpb.update(self.loss(outputs, targets).masked_fill(~counted, 0.0), self.token_bytes[targets[counted]])
+
     def _log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
         super()._log_epoch(stage, loss_metric, metrics)
         loss = loss_metric.compute()  # the exact token-weighted mean over the split (synced across processes)
         self.log(f"{stage}/ppl", loss.exp())
-        if all(name.startswith("<0x") for name in self.target_names[:256]):  # a byte-level vocabulary
-            self.log(f"{stage}/bpb", loss / math.log(2))
+        if self.token_bytes.numel():
+            self.log(f"{stage}/bpb", self.val_bpb if stage == "val" else self.test_bpb)
 
     def on_test_end(self) -> None:
         # What the scores mean to a reader: one continuation of a test prompt, sampled as predict samples.
