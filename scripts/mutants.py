@@ -403,7 +403,8 @@ SHIPPED = (
            "        if False:",
            ("tests/test_pretrained.py::test_fine_tuning_a_net_without_a_backbone_is_refused_saying_what_a_backbone_is",)),
     Mutant("bits-per-byte-counts-bytes-not-tokens", "project/tasks/language_model.py",
-           "self.token_bytes[targets[counted]])", "torch.ones_like(targets[counted]))",
+           "update(self.token_bytes[targets[targets != IGNORE_INDEX]])",
+           "update(torch.ones_like(targets[targets != IGNORE_INDEX]))",
            ("tests/test_language_model.py::test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text"
             "[bpe]",)),
     Mutant("a-prompt-starts-as-texts-do", "project/data/text.py",

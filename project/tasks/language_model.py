@@ -19,25 +19,25 @@ from project.engine.errors import ConfigError
 from project.engine.task import IGNORE_INDEX, Task
 
 
-class BitsPerByte(Metric):
-    """The summed next-token loss in bits over the bytes of text the predicted tokens stand for: exact over a split
-    and across processes (sums of both, reduced once), whatever the tokenizer."""
+class TokensPerByte(Metric):
+    """The counted tokens of a split over the bytes of text they stand for, exact across processes (both summed):
+    with the token-weighted mean loss, the split's loss per byte."""
 
     full_state_update = False
-    nats: Tensor
+    tokens: Tensor
     byte_count: Tensor
 
     def __init__(self) -> None:
         super().__init__()
-        self.add_state("nats", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("tokens", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
         self.add_state("byte_count", torch.tensor(0, dtype=torch.int64), dist_reduce_fx="sum")
 
-    def update(self, losses: Tensor, token_bytes: Tensor) -> None:  # type: ignore[override]
-        self.nats += losses.sum().to(self.nats.dtype)
+    def update(self, token_bytes: Tensor) -> None:  # type: ignore[override]
+        self.tokens += token_bytes.numel()
         self.byte_count += token_bytes.sum()
 
     def compute(self) -> Tensor:
-        return self.nats / self.byte_count.clamp_min(1) / math.log(2)
+        return self.tokens / self.byte_count.clamp_min(1)
 
 
 class LanguageModel(Task):
@@ -51,6 +51,8 @@ class LanguageModel(Task):
     class_dim = -1
     settable_at_predict = ("max_new_tokens", "temperature", "top_k", "seed")
     token_bytes: Tensor  # the bytes of text each id stands for (a buffer)
+    val_tokens_per_byte: TokensPerByte
+    test_tokens_per_byte: TokensPerByte
 
     def __init__(
         self,
@@ -79,7 +81,7 @@ class LanguageModel(Task):
         # Not saved (persistent=False): derived from the vocabulary, which the checkpoint keeps as target_names.
         bytes_of = token_bytes(self.target_names) if self.target_names else []
         self.register_buffer("token_bytes", torch.tensor(bytes_of, dtype=torch.int64), persistent=False)
-        self.val_bpb, self.test_bpb = BitsPerByte(), BitsPerByte()
+        self.val_tokens_per_byte, self.test_tokens_per_byte = TokensPerByte(), TokensPerByte()
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         losses = F.cross_entropy(outputs.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=IGNORE_INDEX)
@@ -87,18 +89,18 @@ class LanguageModel(Task):
 
     def update_metrics(self, metrics: Any, outputs: Tensor, targets: Tensor) -> None:
         super().update_metrics(metrics, outputs, targets)
-        if not self.token_bytes.numel():  # built by hand without a vocabulary: no bytes to count
-            return
-        counted = targets != IGNORE_INDEX
-        bpb = self.val_bpb if metrics is self.val_metrics else self.test_bpb
-        bpb.update(self.loss(outputs, targets).masked_fill(~counted, 0.0), self.token_bytes[targets[counted]])
+        if self.token_bytes.numel():  # not for a net built by hand without a vocabulary
+            ratio = self.val_tokens_per_byte if metrics is self.val_metrics else self.test_tokens_per_byte
+            ratio.update(self.token_bytes[targets[targets != IGNORE_INDEX]])
 
     def _log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
         super()._log_epoch(stage, loss_metric, metrics)
         loss = loss_metric.compute()  # the exact token-weighted mean over the split (synced across processes)
         self.log(f"{stage}/ppl", loss.exp())
-        if self.token_bytes.numel():
-            self.log(f"{stage}/bpb", self.val_bpb if stage == "val" else self.test_bpb)
+        if self.token_bytes.numel():  # the split's summed loss over its bytes of text, in bits
+            ratio = self.val_tokens_per_byte if stage == "val" else self.test_tokens_per_byte
+            self.log(f"{stage}/bpb", loss * ratio.compute().to(loss.device) / math.log(2))
+            ratio.reset()
 
     def on_test_end(self) -> None:
         # What the scores mean to a reader: one continuation of a test prompt, sampled as predict samples.
