@@ -419,6 +419,9 @@ SHIPPED = (
            "if not issubclass(_kind(cb), Checkpoint)]",
            "            pass",
            ("tests/test_contract.py::test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs[default]",)),
+    Mutant("a-step-based-bar-gives-its-steps", "project/engine/progress.py",
+           "        if self.trainer.max_epochs in (None, -1) and self.trainer.max_steps > 0:", "        if False:",
+           ("tests/test_host_work.py::test_a_step_based_runs_bar_gives_its_length_in_steps",)),
 )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 once in a while would do. (The evaluation step's ops are checked for host syncs in the contract suite.)"""
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -74,3 +75,11 @@ def test_a_run_on_the_cpu_asks_nvml_nothing_per_step(tmp_path: Path, monkeypatch
         assert cli.trainer.global_step == 12 * epochs
         counts.append(len(probes))
     assert counts[1] == counts[0], f"NVML probed {counts[0]} times in 12 steps, {counts[1]} in 24"
+
+
+def test_a_step_based_runs_bar_gives_its_length_in_steps() -> None:
+    bar = ThrottledProgressBar()
+    bar._trainer = SimpleNamespace(max_epochs=-1, max_steps=1500)  # max_epochs null, as Lightning keeps it
+    assert bar._get_train_description(0) == "Epoch 0 (a 1500-step run)"  # Lightning's own: "Epoch 0/-2"
+    bar._trainer = SimpleNamespace(max_epochs=40, max_steps=-1)
+    assert bar._get_train_description(3).strip() == "Epoch 3/39"

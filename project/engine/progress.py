@@ -22,6 +22,13 @@ class ThrottledProgressBar(RichProgressBar):
         super().__init__(refresh_rate=refresh_rate, **kwargs)
         self._next_update = 0.0
 
+    def _get_train_description(self, current_epoch: int) -> str:
+        # A step-based run (max_epochs null, which Lightning keeps as -1) has no last epoch: Lightning's bar would
+        # read "Epoch 0/-2". The run's length in steps instead.
+        if self.trainer.max_epochs in (None, -1) and self.trainer.max_steps > 0:
+            return f"Epoch {current_epoch} (a {self.trainer.max_steps}-step run)"
+        return super()._get_train_description(current_epoch)
+
     def _due(self, batch_idx: int, total: float, bar: Any) -> bool:
         """Whether the bar is due a move: its epoch's last batch, a bar not drawn yet, or a redraw's time."""
         now = time.monotonic()
