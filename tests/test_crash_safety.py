@@ -36,6 +36,22 @@ def _start(*args: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def _freeze_inside_a_write(proc: subprocess.Popen, run: Path, deadline: float) -> None:
+    """Stops ``proc`` (SIGSTOP, then waits until the kernel shows it stopped) while a temp file of last.ckpt exists:
+    a write lasts milliseconds, and a kill sent when the file was seen could land after the write's rename (seen in
+    CI: a test aimed at a write that killed after it). Stopped, the process cannot finish the write before the kill."""
+    while True:
+        while not list(run.glob("checkpoints/.last.ckpt.tmp-*")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            os.sched_yield()  # poll without a delay, but let the run have the CPU
+        os.killpg(proc.pid, signal.SIGSTOP)
+        while Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("T", "t"):
+            time.sleep(0.001)  # stopped when the kernel says so, not when the signal was sent
+        if list(run.glob("checkpoints/.last.ckpt.tmp-*")):
+            return  # frozen mid-write
+        os.killpg(proc.pid, signal.SIGCONT)  # the write finished first: wait for the next one
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(tmp_path: Path) -> None:
     overlay = _overlay(tmp_path, every_n_train_steps=1, crash=None, workers=0)
@@ -74,9 +90,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             if aim_at_write:
-                while not list(run.glob("checkpoints/.last.ckpt.tmp-*")):
-                    assert proc.poll() is None and time.monotonic() < deadline
-                    os.sched_yield()  # a write lasts milliseconds: poll without a delay, but let the run have the CPU
+                _freeze_inside_a_write(proc, run, deadline)
             else:
                 time.sleep(chooser.uniform(0.0, 0.3))
         finally:
