@@ -30,15 +30,17 @@ def section_bounds(page: str) -> tuple[int, int] | None:
     return manual.section_bounds(page, SECTION)
 
 
+def cells(root: Path) -> list[tuple[str, str, str]]:
+    """Each row of the guarantees table of the manual at ``root``, as written: (promise, tests cell, mutants cell)."""
+    _, section = manual.section(root, SECTION)
+    return [row for line in section.splitlines() if (row := split_row(line)) is not None]
+
+
 def guarantee_rows(root: Path) -> list[tuple[str, set[Ref], list[str]]]:
     """Each row of the guarantees table of the manual at ``root``: (the promise, the tests it names, the mutants
     it names)."""
-    _, section = manual.section(root, SECTION)
     rows, previous = [], set()
-    for line in section.splitlines():
-        if (cells := split_row(line)) is None:
-            continue
-        promise, tests, named = cells
+    for promise, tests, named in cells(root):
         previous = refs_in_cell(tests, previous)
         rows.append((promise, previous, re.findall(r"`([\w-]+)`", named)))
     return rows
@@ -60,8 +62,7 @@ def refs_in_cell(cell: str, previous: set[Ref]) -> set[Ref]:
 
 def unguarded(root: Path) -> list[str]:
     """The promises whose mutants cell says "none yet": a mutant is owed (the exempt ones say why none can be)."""
-    _, section = manual.section(root, SECTION)
-    return [cells[0] for line in section.splitlines() if (cells := split_row(line)) and cells[2] == NONE_YET]
+    return [promise for promise, _, named in cells(root) if named == NONE_YET]
 
 
 def refs_of_tests(tests: tuple[str, ...]) -> set[Ref]:

@@ -5,7 +5,6 @@ a row without a mutant is counted, so that a new promise without one is a red te
 import ast
 
 import guarantees  # scripts/ (conftest puts it on the path)
-import manual
 import mutants
 from conftest import ROOT
 
@@ -53,10 +52,8 @@ def test_every_mutant_breaks_a_promise_the_table_names_and_every_promise_names_i
 
 
 def test_a_row_without_a_mutant_says_why() -> None:
-    _, section = manual.section(ROOT, guarantees.SECTION)
-    cells = [c for line in section.splitlines() if (c := guarantees.split_row(line))]
     allowed = (guarantees.NONE_YET, *guarantees.EXEMPT)
-    bare = [promise[:60] for promise, _, named in cells if "`" not in named and named not in allowed]
+    bare = [promise[:60] for promise, _, named in guarantees.cells(ROOT) if "`" not in named and named not in allowed]
     assert not bare, f"a mutants cell names mutants in backticks, or is one of {guarantees.EXEMPT}: {bare}"
 
 

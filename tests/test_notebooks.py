@@ -53,9 +53,7 @@ def test_data_and_schedule_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.chdir(ROOT)
     dm = CLI(["--config", USER_DEFAULT], run=False).datamodule
     dm.setup("fit")
-    inputs, _ = next(
-        iter(dm.train_dataloader())
-    )  # the notebook's first batch (variable lengths: padded to its longest)
+    inputs, _ = next(iter(dm.train_dataloader()))  # the notebook's first batch (variable lengths: padded per batch)
     batch = tuple(inputs.shape)
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb", {})
     assert _images(notebook) == 3  # sample grid, targets per split, LR curve: whatever the task
