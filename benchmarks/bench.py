@@ -21,6 +21,7 @@ against the CSVDataModule's read and encoding, each in a fresh process, with its
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -105,6 +106,10 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
     task = type(cli.model).__name__
     if task not in RECIPES:
         raise SystemExit(f"error: the hand-written loop knows the tasks {sorted(RECIPES)}, not {task}.")
+    recipe = (model.optimizer.class_path, model.schedule.class_path)
+    if recipe != ("torch.optim.AdamW", "project.recipe.WarmupCosine"):
+        raise SystemExit(f"error: the hand-written loop writes out AdamW and WarmupCosine, not {recipe}.")
+    optimizer = model.optimizer.init_args
     net_args = {**model.net.init_args.as_dict(), "input_shape": list(dm.input_shape), "num_outputs": dm.num_outputs}
     train, val = dm.split_tensors("train"), dm.split_tensors("val")
     spec = {
@@ -113,8 +118,9 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "tokens_per_sample": train[1][0].numel() if cli.model.counted == "tokens" else None,
         "flops_per_step": _flops_per_step(cli.model, dm.normalize(train[0][: dm.hparams["batch_size"]])),
         "net": {"class_path": model.net.class_path, "init_args": net_args},
-        "lr": model.lr, "min_lr": model.min_lr, "warmup": model.warmup, "weight_decay": model.weight_decay,
-        "betas": list(model.betas), "clip": trainer.gradient_clip_val, "deterministic": trainer.deterministic,
+        "lr": optimizer.lr, "min_lr": model.schedule.init_args.min_lr, "warmup": model.warmup,
+        "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "clip": trainer.gradient_clip_val,
+        "deterministic": trainer.deterministic,
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
         "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"], "limit": limit,
         # For the bare Lightning fit: the same classes and arguments, built by hand (no CLI, callbacks or logger).
@@ -133,7 +139,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from project.engine.schedule import WarmupCosine, resolve_warmup_steps
+    from project.recipe import WarmupCosine, resolve_warmup_steps
 
     spec = torch.load(spec_path, weights_only=True)
     device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]
@@ -166,7 +172,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         lr=spec["lr"], betas=tuple(spec["betas"]),
     )  # fmt: skip
     total = steps * epochs
-    scheduler = WarmupCosine(optimizer, resolve_warmup_steps(spec["warmup"], total), total, spec["min_lr"])
+    scheduler = WarmupCosine(optimizer, total, resolve_warmup_steps(spec["warmup"], total), spec["min_lr"])
 
     marks = {**_marks(t0), "imported": imported, "val_batches": len(val_loader)}
     for epoch in range(epochs):
@@ -341,7 +347,12 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
     marks = {**_marks(t0), "imported": time.time()}
     L.seed_everything(spec["seed"], verbose=False)
     datamodule = data_class(**data["init_args"])
-    model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names, **task["init_args"])
+    recipe = {  # the optimizer and schedule as LightningCLI injects them: the class with the config's arguments
+        key: functools.partial(_load_class(task["init_args"][key]["class_path"]), **task["init_args"][key]["init_args"])
+        for key in ("optimizer", "schedule")
+    }
+    model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names,
+                       **{**task["init_args"], **recipe})  # fmt: skip
     flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": scratch or None, "logger": False,
              "callbacks": [_clock(marks)], "enable_checkpointing": False, "enable_progress_bar": False,
              "enable_model_summary": False}  # fmt: skip

@@ -1,3 +1,4 @@
+import math
 import os
 import signal
 import socket
@@ -215,6 +216,13 @@ def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DIGITS,)) -> CLI
     """Run ``fit`` through the real CLI in this process, logging under ``save_dir``."""
     argv = ["fit", *(a for c in configs for a in ("--config", c))]
     return CLI([*argv, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
+
+
+def warmup_cosine(step: int, peak: float, min_lr: float, warmup: int, total: int) -> float:
+    """The default schedule's definition, written out independently of project/recipe.py."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return min_lr + (peak - min_lr) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - 1 - warmup)))
 
 
 def free_port() -> int:

@@ -88,7 +88,7 @@ def test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps
     path = tmp_path / "sweep.yaml"
     path.write_text(
         f"configs: [{DIGITS}, {CLASSIFICATION}]\nargs: {json.dumps(chosen)}\n"
-        "params:\n  model.lr: {low: 1.0e-3, high: 1.0e-2}\n"
+        "params:\n  model.optimizer.init_args.lr: {low: 1.0e-3, high: 1.0e-2}\n"
     )
     spec = sweep_spec.load(path)
     sweep_spec.check_against_cli(spec)

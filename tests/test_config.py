@@ -126,11 +126,17 @@ def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_pat
 
 BAD_INPUTS = [
     # (extra CLI args, text the error must contain)
-    (["--model.lr=abc"], "error: model.lr: Expected a <class 'float'>. Got value: abc"),
+    (["--model.optimizer.lr=abc"], "error: model.optimizer.lr: Given value: abc (torch.optim.AdamW)"),
+    (["--model.optimizer.lrr=3"], "error: model.optimizer.lrr: Option 'lrr' is not accepted (torch.optim.AdamW)"),
     (["--model.lrr=0.1"], "error: model.lrr: Option 'lrr' is not accepted"),
     (["--model.net.init_args.dropout=x"], "error: model.net.init_args.dropout: Expected a <class 'float'>"),
-    (["--model.lr=0"], "model.lr=0.0"),
-    (["--model.min_lr=1.0"], "model.min_lr=1.0"),
+    (["--model.optimizer.lr=0"], "model.optimizer.lr=0.0: the peak learning rate must be > 0"),
+    (["--model.optimizer.lr=-1"], "model.optimizer: Invalid learning rate: -1.0"),
+    (["--model.optimizer=Adamw"], "model.optimizer=Adamw: no torch.optim optimizer has that name; give one of"),
+    (["--model.optimizer=LBFGS"], "model.optimizer: LBFGS doesn't support per-parameter options"),
+    (["--model.schedule=Cosine"], "model.schedule=Cosine: no schedule has that name; give one of WarmupCosine"),
+    (["--model.schedule.min_lr=1.0"], "model.schedule.min_lr=1.0: the floor must lie in [0, the optimizer's lr"),
+    (["--model.schedule=WarmupStableDecay", "--model.schedule.decay_fraction=0"], "model.schedule.decay_fraction=0"),
     (["--model.warmup=1.5"], "model.warmup=1.5"),
     (["--model.warmup=-3"], "model.warmup=-3"),
     (["--data.batch_size=0"], "data.batch_size=0"),

@@ -248,10 +248,10 @@ def test_overriding_a_model_hyperparameter_on_resume_is_an_error(
     trained_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(trained_run / "config.yaml"), "--model.lr=0.1",
+        main(["fit", "--config", str(trained_run / "config.yaml"), "--model.optimizer.lr=0.1",
               f"--ckpt_path={trained_run / 'checkpoints' / 'last.ckpt'}"])  # fmt: skip
     assert exit_info.value.code == 2
-    assert "was trained with model.lr=0.003 (config: 0.1)" in capsys.readouterr().err
+    assert "was trained with model.optimizer.init_args.lr=0.003 (config: 0.1)" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -9,22 +9,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DIGITS, fit, scalars
+from conftest import DIGITS, fit, scalars, warmup_cosine
 from lightning.pytorch.plugins import MixedPrecision
 from probes import InfGradAt, Recorder
 from toy import Classifier, ConvNet, Digits
 
 from project.engine.cli import CLI
-from project.engine.schedule import planned_steps
+from project.recipe import planned_steps
 
-PEAK, MIN_LR = 3e-3, 1e-5  # model.lr and model.min_lr of tests/configs/digits.yaml
+PEAK, MIN_LR = 3e-3, 1e-5  # model.optimizer's lr and model.schedule's min_lr in tests/configs/digits.yaml
 
 
 def expected_lr(step: int, warmup: int, total: int, peak: float = PEAK, min_lr: float = MIN_LR) -> float:
-    """The schedule's definition, written out independently of project/engine/schedule.py."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    return min_lr + (peak - min_lr) * 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - 1 - warmup)))
+    return warmup_cosine(step, peak, min_lr, warmup, total)
 
 
 def recorder_of(cli: CLI) -> Recorder:
@@ -73,6 +70,55 @@ def test_lr_used_at_every_optimizer_step_is_the_closed_form(
         for lr in groups:  # both param groups (decay / no decay) follow the same curve
             assert lr == pytest.approx(expected_lr(step, warmup, total), rel=1e-9), f"step {step}"
     assert lrs[-1][0] == pytest.approx(MIN_LR, rel=1e-9)
+
+
+def _linear(step: int, warmup: int, total: int, floor: float = 1e-4) -> float:
+    return (
+        PEAK * (step + 1) / warmup
+        if step < warmup
+        else floor + (PEAK - floor) * (1 - (step - warmup) / (total - 1 - warmup))
+    )
+
+
+def _wsd_linear(step: int, warmup: int, total: int, floor: float = 1e-4) -> float:
+    # decay_fraction 0.25 of 14 steps: ceil(3.5) = 4 steps below the peak (10..13), the floor at step 13.
+    return (
+        PEAK * (step + 1) / warmup
+        if step < warmup
+        else PEAK
+        if step <= 9
+        else floor + (PEAK - floor) * (1 - (step - 9) / 4)
+    )
+
+
+RECIPES = {
+    "sgd-nesterov-linear": (("--model.optimizer=SGD", "--model.optimizer.momentum=0.9",
+                             "--model.optimizer.nesterov=true", "--model.schedule=WarmupLinear",
+                             "--model.schedule.min_lr=1e-4"), torch.optim.SGD, _linear),
+    "adamw-wsd": (("--model.schedule=WarmupStableDecay", "--model.schedule.min_lr=1e-4",
+                   "--model.schedule.decay_fraction=0.25", "--model.schedule.shape=linear"), torch.optim.AdamW,
+                  _wsd_linear),
+    "your-own-schedule": (("--model.schedule=toy.HalvingSchedule", "--model.schedule.every=4"), torch.optim.AdamW,
+                          lambda step, warmup, total: PEAK * 0.5 ** (step // 4)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_optimizer_and_schedule_are_the_configs(recipe: str, tmp_path: Path) -> None:
+    # By config lines alone: the optimizer of that class with its own arguments over the weight-decay split, and
+    # every optimizer step at the schedule's closed form (2 epochs x 7 batches = 14 steps, 2 of warmup).
+    args, kind, closed_form = RECIPES[recipe]
+    cli = fit(tmp_path, *args, "--trainer.max_epochs=2", "--trainer.limit_train_batches=7", "--model.warmup=2", *SHORT)
+    optimizer = cli.trainer.optimizers[0]
+    assert type(optimizer) is kind and optimizer.defaults["lr"] == PEAK
+    if kind is torch.optim.SGD:
+        assert optimizer.defaults["momentum"] == 0.9 and optimizer.defaults["nesterov"] is True
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0  # the optimizer's, and none
+    lrs = recorder_of(cli).lrs
+    assert len(lrs) == 14
+    for step, groups in enumerate(lrs):
+        assert groups == pytest.approx([closed_form(step, 2, 14)] * 2, rel=1e-12), f"step {step}"
 
 
 def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recorder:
@@ -305,7 +351,7 @@ def test_weight_decay_applies_to_weight_matrices_and_kernels_only(tmp_path: Path
     decay, no_decay = cli.trainer.optimizers[0].param_groups
     decayed, not_decayed = {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
     kinds = {n: type(cli.model.get_submodule(n.rpartition(".")[0])) for n in names.values()}
-    assert decay["weight_decay"] == cli.model.hparams["weight_decay"] > 0 and no_decay["weight_decay"] == 0.0
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0  # model.optimizer's, and none
     assert decayed == {n for n, k in kinds.items() if n.endswith(".weight") and k in (torch.nn.Conv2d, torch.nn.Linear)}
     assert not_decayed == set(names.values()) - decayed
     assert any(k is torch.nn.BatchNorm2d for n, k in kinds.items() if n in not_decayed)

@@ -96,9 +96,9 @@ def _hparams_plugin(run: Path) -> tuple[dict[str, object], set[str]]:
 
 @pytest.mark.slow
 def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) -> None:
-    fit(tmp_path, "--model.lr=0.002", configs=(DIGITS, DEBUG))
+    fit(tmp_path, "--model.optimizer.lr=0.002", configs=(DIGITS, DEBUG))
     values, metrics = _hparams_plugin(tmp_path / "debug" / "version_0")
-    assert values["model.lr"] == pytest.approx(0.002)
+    assert values["model.optimizer.init_args.lr"] == pytest.approx(0.002)
     assert values["model.net.class_path"] == "toy.ConvNet"
     assert values["data.batch_size"] == 64 and values["trainer.precision"] == "32-true"
     assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss"}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fit, scalars
+from conftest import fit, scalars, warmup_cosine
 from probes import Snapshots
 
 from project.engine.errors import ConfigError
-from project.engine.schedule import resolve_warmup_steps, warmup_cosine_lr
+from project.recipe import resolve_warmup_steps
 
 BACKBONE = ("--model.net=toy.BackboneNet",)
 EARLIER, OTHER = "--data.digits=[0,1,2]", "--data.digits=[3,4,5]"  # as many classes, other ones
@@ -81,7 +81,7 @@ def test_a_frozen_backbone_trains_from_its_unfreeze_epoch_at_its_own_lr(tmp_path
     curves = scalars(_run(tmp_path))
     for group, scale in (("backbone/decay", 0.1), ("backbone/no_decay", 0.1), ("head/decay", 1), ("head/no_decay", 1)):
         logged = [v for _, v in curves[f"lr-AdamW/{group}"]]
-        expected = [warmup_cosine_lr(s, lr * scale, min_lr * scale, warmup, total) for s in range(total)]
+        expected = [warmup_cosine(s, lr * scale, min_lr * scale, warmup, total) for s in range(total)]
         assert logged == pytest.approx(expected, rel=1e-6), group
 
 

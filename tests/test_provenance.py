@@ -120,7 +120,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment name)."""
     logs = tmp_path_factory.mktemp("runs") / "logs"
     first = fit(logs, *SHORT)
-    fit(logs, *SHORT, "--model.lr=0.01")
+    fit(logs, *SHORT, "--model.optimizer.lr=0.01")
     with pytest.raises(Crash):
         fit(logs, *SHORT, "--trainer.callbacks+=probes.CrashAt", "--trainer.callbacks.step=3")
     with pytest.raises(Interrupted):
@@ -154,7 +154,7 @@ def test_each_run_records_what_produced_it_and_how_each_segment_ended(logs: Path
     assert segment["versions"]["torch"] == torch.__version__
     assert segment["machine"]["world_size"] == 1 and segment["machine"]["cpus"] >= 1
     assert segment["command"] == shlex.join(sys.orig_argv)  # this process's command line; the CLI's arguments:
-    assert segment["cli_args"][0] == "fit" and "--model.lr=0.01" in segment["cli_args"]
+    assert segment["cli_args"][0] == "fit" and "--model.optimizer.lr=0.01" in segment["cli_args"]
     packages = (runs / "version_1" / segment["pip_freeze"]).read_text()
     assert f"torch=={importlib.metadata.version('torch')}" in packages
     # The second segment ran with the same packages: no second copy, the record points at the first.
@@ -174,7 +174,7 @@ def test_each_run_records_what_produced_it_and_how_each_segment_ended(logs: Path
 def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
     lines = table(logs).splitlines()
     header, rows = lines[0].split(), [line for line in lines[1:]]
-    assert header[:3] == ["run", "status", "started"] and "model.lr" in header
+    assert header[:3] == ["run", "status", "started"] and "model.optimizer.init_args.lr" in header
     by_run = {row.split()[0]: row for row in rows}
     assert list(by_run) == [f"digits/version_{i}" for i in range(4)] + ["early/version_0"]  # by start time
     assert "finished (resumed 1x)" in by_run["digits/version_0"]

@@ -81,7 +81,7 @@ def test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise(regression_c
     path = tmp_path / "sweep.yaml"
     path.write_text(
         f"configs: [{DIGITS}, {REGRESSION}]\nargs: [--data.path={regression_csv}]\n"
-        "params:\n  model.lr: {low: 1.0e-3, high: 1.0e-2}\n"
+        "params:\n  model.optimizer.init_args.lr: {low: 1.0e-3, high: 1.0e-2}\n"
     )
     spec = sweep_spec.load(path)
     sweep_spec.check_against_cli(spec)
@@ -128,7 +128,7 @@ def test_the_regression_overlay_switches_the_task_and_the_data_keeps_only_its_ow
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["class_path"] == "project.tasks.Regressor"
     assert "label_smoothing" not in printed["model"]["init_args"]  # the Classifier's own argument is dropped
-    assert printed["model"]["init_args"]["lr"] == 0.003  # the engine's carry over
+    assert printed["model"]["init_args"]["optimizer"]["init_args"]["lr"] == 0.003  # the engine's carry over
     assert printed["data"]["init_args"]["target_type"] == "value"
     # Switching the data by class alone: digits' settings that the new class shares carry over (batch size), but
     # digits' own default (no normalisation: its pixels are in [0, 1]) is not inherited by a table.

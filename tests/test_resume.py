@@ -54,6 +54,8 @@ def _interrupted_then_resumed(
 
 FROZEN_FOR_AN_EPOCH = ("--model.net=toy.BackboneNet", "--model.freeze_backbone=1",
                        "--model.backbone_lr_scale=0.1")  # fmt: skip
+SGD_LINEAR = ("--model.optimizer=SGD", "--model.optimizer.momentum=0.9", "--model.optimizer.nesterov=true",
+              "--model.schedule=WarmupLinear")  # fmt: skip
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
     "mid-epoch": (4, {"step": 15}, 0, ()),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
@@ -78,6 +80,9 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     # A ResNet whose backbone is frozen in epoch 0 (BatchNorm too) and at a tenth of the LR: killed as epoch 1
     # starts, the resumed process unfreezes it, with the optimizer's groups and the schedule of the straight run.
     "across-the-unfreeze-epoch": (None, {"epoch": 1}, 0, FROZEN_FOR_AN_EPOCH),
+    # The recipe by config: SGD with Nesterov momentum (its buffers come back) and a linear decay; AdamW with WSD.
+    "mid-epoch-sgd-linear": (4, {"step": 15}, 0, SGD_LINEAR),
+    "sigint-wsd": (None, {"step": 26, "signal": int(signal.SIGINT)}, 0, ("--model.schedule=WarmupStableDecay",)),
 }
 
 
@@ -98,7 +103,7 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
     a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)
-    lrs = [tag for tag in a if tag.startswith("lr-AdamW/")]  # pg1, pg2, or a backbone's and head's groups
+    lrs = [tag for tag in a if tag.startswith("lr-")]  # pg1, pg2, or a backbone's and head's groups
     assert len(lrs) == (4 if "--model.freeze_backbone=1" in flags else 2)
     for tag in ("train/loss", *lrs, "val/loss", "val/acc"):
         assert b[tag] == a[tag], f"{tag} differs ({case})"  # same steps, no duplicates, bitwise equal values
@@ -109,9 +114,10 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
 def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from conftest import warmup_cosine
     from probes import Recorder
 
-    from project.engine.schedule import resolve_warmup_steps, warmup_cosine_lr
+    from project.recipe import resolve_warmup_steps
 
     short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
              "--trainer.limit_test_batches=2")  # fmt: skip
@@ -122,11 +128,12 @@ def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     assert resumed.trainer.global_step == 40
     assert "the LR schedule is re-planned from 20 to 40 optimizer steps" in caplog.text  # Lightning's INFO log
     # Steps 20..39 use the LR a run planned for 40 steps from the start uses there, for each param group (both
-    # start from model.lr): the same closed form, so equal to float rounding of the same arithmetic.
+    # start from the optimizer's lr): the same closed form, so equal to float rounding of the same arithmetic.
     recorder = next(cb for cb in resumed.trainer.callbacks if isinstance(cb, Recorder))
     hp = resumed.model.hparams
     warmup = resolve_warmup_steps(hp["warmup"], 40)
-    expected = [warmup_cosine_lr(step, hp["lr"], hp["min_lr"], warmup, 40) for step in range(20, 40)]
+    peak, min_lr = hp["optimizer"]["init_args"]["lr"], hp["schedule"]["init_args"]["min_lr"]
+    expected = [warmup_cosine(step, peak, min_lr, warmup, 40) for step in range(20, 40)]
     assert [lrs[0] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
     assert [lrs[1] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
-    assert recorder.lrs[0][0] > 10 * hp["min_lr"]  # not left at the old plan's end
+    assert recorder.lrs[0][0] > 10 * min_lr  # not left at the old plan's end

@@ -38,7 +38,7 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
         "pruner": {"class_path": "optuna.pruners.MedianPruner", "init_args": {"n_startup_trials": 2,
                                                                            "n_warmup_steps": 1}},
         "params": {
-            "model.lr": {"choices": [0.01, 1.0e-5]},
+            "model.optimizer.init_args.lr": {"choices": [0.01, 1.0e-5]},
             "model.net.init_args.dropout": {"low": 0.0, "high": 0.3},
         },
         **overrides,
@@ -143,7 +143,9 @@ def test_each_trial_is_a_normal_run_in_its_own_directory(killed_and_continued: d
     for trial in trials:
         run_dir = sweep_dir / f"trial_{trial.number}"
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
-        assert config["model"]["init_args"]["lr"] == trial.params["model.lr"]
+        assert (
+            config["model"]["init_args"]["optimizer"]["init_args"]["lr"] == trial.params["model.optimizer.init_args.lr"]
+        )
         assert config["model"]["init_args"]["net"]["init_args"]["dropout"] == pytest.approx(
             trial.params["model.net.init_args.dropout"]
         )
@@ -198,7 +200,7 @@ def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -
     # A pruner that prunes every trial at its second validation (accuracy is never 2 or more): rank 0 decides.
     pruner = {"class_path": "optuna.pruners.ThresholdPruner", "init_args": {"lower": 2.0, "n_warmup_steps": 1}}
     spec = write_spec(tmp_path / "ddp.yaml", tmp_path / "logs", trials=1, pruner=pruner,
-                      configs=[DIGITS, DDP], params={"model.lr": {"choices": [0.01]}})  # fmt: skip
+                      configs=[DIGITS, DDP], params={"model.optimizer.init_args.lr": {"choices": [0.01]}})  # fmt: skip
     code, out = finish(sweep(spec))
     assert code == 0, out
     trial = load(tmp_path / "logs" / "sweeps" / "ddp", "ddp").get_trials()[0]
@@ -245,10 +247,19 @@ def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp
 
 BAD_SPACES = {
     "unknown key": ({"model.lrr": {"low": 0.001, "high": 0.1}}, "params.model.lrr"),
-    "empty range": ({"model.lr": {"low": 0.1, "high": 0.001}}, "params.model.lr: low=0.1 is above high=0.001"),
+    "empty range": (
+        {"model.optimizer.init_args.lr": {"low": 0.1, "high": 0.001}},
+        "params.model.optimizer.init_args.lr: low=0.1 is above high=0.001",
+    ),
     "wrong type": ({"data.batch_size": {"choices": ["big"]}}, "params.data.batch_size: the CLI refuses"),
-    "log of zero": ({"model.weight_decay": {"low": 0, "high": 0.1, "log": True}}, "params.model.weight_decay"),
-    "no range": ({"model.lr": {"low": 0.001}}, "params.model.lr: needs low and high"),
+    "log of zero": (
+        {"model.optimizer.init_args.weight_decay": {"low": 0, "high": 0.1, "log": True}},
+        "params.model.optimizer.init_args.weight_decay",
+    ),
+    "no range": (
+        {"model.optimizer.init_args.lr": {"low": 0.001}},
+        "params.model.optimizer.init_args.lr: needs low and high",
+    ),
 }
 
 

@@ -94,7 +94,7 @@ def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
     assert "test/acc" in mlflow_run.data.metrics and "hp/val_acc" in mlflow_run.data.metrics
 
     params = mlflow_run.data.params  # the flattened resolved config
-    assert params["model.lr"] == "0.003" and params["data.batch_size"] == "64"
+    assert params["model.optimizer.init_args.lr"] == "0.003" and params["data.batch_size"] == "64"
     assert params["model.net.class_path"] == "toy.MLP" and params["trainer.max_epochs"] == "3"
     provenance = json.loads((run / "provenance.json").read_text())["segments"]
     tags = mlflow_run.data.tags
@@ -122,7 +122,7 @@ def test_a_sweep_puts_its_trials_in_one_experiment_named_after_the_study(mlflow_
         "args": [f"--trainer.logger.init_args.save_dir={logs}", "--trainer.max_epochs=1", *SHORT[1:]],
         "trials": 2,
         "sampler": {"class_path": "optuna.samplers.RandomSampler", "init_args": {"seed": 0}},
-        "params": {"model.lr": {"low": 1.0e-3, "high": 1.0e-2}},
+        "params": {"model.optimizer.init_args.lr": {"low": 1.0e-3, "high": 1.0e-2}},
     }
     (tmp_path / "trackedsweep.yaml").write_text(yaml.safe_dump(spec))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": PYTHONPATH,
@@ -143,8 +143,12 @@ def test_a_sweep_puts_its_trials_in_one_experiment_named_after_the_study(mlflow_
     for mlflow_run in runs:
         tags, number = mlflow_run.data.tags, int(mlflow_run.data.tags["sweep.trial"])
         assert tags["sweep.study"] == "trackedsweep" and mlflow_run.info.run_name == f"trackedsweep/trial_{number}"
-        assert float(tags["sweep.model.lr"]) == pytest.approx(trials[number].params["model.lr"])
-        assert float(mlflow_run.data.params["model.lr"]) == pytest.approx(trials[number].params["model.lr"])
+        assert float(tags["sweep.model.optimizer.init_args.lr"]) == pytest.approx(
+            trials[number].params["model.optimizer.init_args.lr"]
+        )
+        assert float(mlflow_run.data.params["model.optimizer.init_args.lr"]) == pytest.approx(
+            trials[number].params["model.optimizer.init_args.lr"]
+        )
     assert sorted(int(r.data.tags["sweep.trial"]) for r in runs) == sorted(trials)
 
 
@@ -216,7 +220,7 @@ def test_a_run_and_its_resume_are_one_wandb_run_offline_with_every_step_once(
     expected = scalars(run)["train/loss"]
     assert [s for s, _ in steps] == list(range(15)) == [s for s, _ in expected]  # every step once
     assert [v for _, v in steps] == pytest.approx([v for _, v in expected], rel=1e-6)
-    assert config["model.lr"] == 0.003 and config["model.net.class_path"] == "toy.MLP"  # the config
+    assert config["model.optimizer.init_args.lr"] == 0.003 and config["model.net.class_path"] == "toy.MLP"  # the config
     provenance = json.loads((run / "provenance.json").read_text())["segments"][-1]
     assert config["tags/git.commit"] == provenance["git"]["commit"] and config["tags/segment"] == 1
     assert "test/acc" in summary and summary["trainer/global_step"] == 15

@@ -91,7 +91,9 @@ def test_a_second_run_gets_its_own_directory(tmp_path: Path) -> None:
 def test_hand_built_model_keeps_only_plain_hparams() -> None:
     from toy import MLP
 
-    model = Classifier(net=MLP((1, 8, 8), 10, hidden=16), target_names=[str(d) for d in range(10)], lr=0.01)
-    assert "net" not in model.hparams
-    assert model.hparams["lr"] == 0.01
+    model = Classifier(
+        net=MLP((1, 8, 8), 10, hidden=16), target_names=[str(d) for d in range(10)], optimizer=torch.optim.SGD, warmup=3
+    )
+    assert "net" not in model.hparams and "optimizer" not in model.hparams and "schedule" not in model.hparams
+    assert model.hparams["warmup"] == 3
     assert _is_plain(dict(model.hparams))

@@ -55,9 +55,9 @@ def test_a_newer_templates_machinery_merges_into_the_repository_three_ways(
 ) -> None:
     template, repo = template_and_repo
     engine, ours = template / PACKAGE / "engine", repo / NEW / "engine"
-    # The template's later commit: a fix to the schedule, one to errors.py's first line, a new engine module that
+    # The template's later commit: a fix to the monitor, one to errors.py's first line, a new engine module that
     # imports the package, and a change to a config (yours: never taken).
-    _edit(engine / "schedule.py", "import math\n", "import math  # a later fix\n")
+    _edit(engine / "monitor.py", "import resource\n", "import resource  # a later fix\n")
     first_line = (engine / "errors.py").read_text().splitlines()[0]
     _edit(engine / "errors.py", first_line + "\n", first_line + "  # the template's\n")
     (engine / "later.py").write_text(f"from {PACKAGE}.engine.errors import ConfigError\n")
@@ -65,9 +65,9 @@ def test_a_newer_templates_machinery_merges_into_the_repository_three_ways(
     config.write_text("# the template's later default\n" + config.read_text())
     _git(template, "add", "-A")
     _git(template, "commit", "-qm", "later fixes")
-    # Yours: a change of your own in the engine (the end of the schedule), the same first line of errors.py, and
+    # Yours: a change of your own in the engine (the end of the monitor), the same first line of errors.py, and
     # your config.
-    (ours / "schedule.py").write_text((ours / "schedule.py").read_text() + "# mine\n")
+    (ours / "monitor.py").write_text((ours / "monitor.py").read_text() + "# mine\n")
     _edit(ours / "errors.py", first_line + "\n", first_line + "  # mine\n")
     (repo / "configs" / "default.yaml").write_text((repo / "configs" / "default.yaml").read_text() + "# mine\n")
     _git(repo, "commit", "-qam", "my changes")
@@ -75,8 +75,8 @@ def test_a_newer_templates_machinery_merges_into_the_repository_three_ways(
     updated = _update(repo, template)
     assert updated.returncode == 1, updated.stderr  # a conflict: named, with markers, nothing committed
     assert f"with conflict markers: {NEW}/engine/errors.py" in updated.stdout
-    schedule = (ours / "schedule.py").read_text()
-    assert "import math  # a later fix\n" in schedule and schedule.endswith("# mine\n")  # both changes
+    monitor = (ours / "monitor.py").read_text()
+    assert "import resource  # a later fix\n" in monitor and monitor.endswith("# mine\n")  # both changes
     assert "<<<<<<< yours" in (ours / "errors.py").read_text()
     assert (ours / "later.py").read_text() == f"from {NEW}.engine.errors import ConfigError\n"  # renamed
     config = (repo / "configs" / "default.yaml").read_text()
@@ -84,7 +84,7 @@ def test_a_newer_templates_machinery_merges_into_the_repository_three_ways(
     head = _git(template, "rev-parse", "HEAD").strip()
     assert f'commit = "{head}"' in (repo / "template.toml").read_text()
     changed = {line[3:] for line in _git(repo, "status", "--porcelain").splitlines()}
-    assert changed == {f"{NEW}/engine/schedule.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
+    assert changed == {f"{NEW}/engine/monitor.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
                        "template.toml"}  # fmt: skip
 
 

@@ -123,3 +123,12 @@ class Regressor(Task):
 
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         return (outputs - targets).square().mean(dim=-1)
+
+
+class HalvingSchedule(torch.optim.lr_scheduler.LambdaLR):
+    """A schedule of a user's own, by class path: built as the engine builds any, (optimizer, total_steps,
+    warmup_steps, **init_args); the lr halves every ``every`` optimizer steps."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, every: int = 5) -> None:
+        self.every = every
+        super().__init__(optimizer, lambda step: 0.5 ** (step // every))

@@ -41,6 +41,7 @@ from project.engine.provenance import Provenance
 from project.engine.runs import flatten
 from project.engine.task import Task
 from project.engine.tracking import TrackerRun, continue_runs, fill_in, require_extra
+from project.recipe import WarmupSchedule
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
@@ -112,7 +113,37 @@ def condensed(message: str) -> str:
             reason = text
     given = re.search(r"Given value: NestedArg\(key='([^']+)'", message)  # the key as the command line spelled it
     name = f"{keys[0]}.{given.group(1)}" if given and keys else ".".join(keys)
+    # A bad argument of an injected class (model.optimizer.lr=abc): jsonargparse names the whole Callable type.
+    injected = re.search(r"expects a function or a callable class: (?:\w+: )?(.*?)\. Got value: .*class_path='([^']+)'",
+                         reason)  # fmt: skip
+    if injected:
+        return f"{name}: {injected.group(1)} ({injected.group(2)})"
+    unknown = re.fullmatch(r"- Expected a dot import path string: (.+)", reason)
+    if unknown and name.rpartition(".")[2] in _RECIPE_CLASSES:
+        kind, known = _RECIPE_CLASSES[name.rpartition(".")[2]]
+        return (
+            f"{name}={unknown.group(1)}: no {kind} has that name; give one of {', '.join(known())} or the class "
+            "path of your own (my_package.module.Class)."
+        )
     return f"{name}: {reason}" if name and reason else message
+
+
+def _optimizers() -> list[str]:
+    found, todo = set(), [torch.optim.Optimizer]
+    while todo:  # AdamW is a subclass of Adam
+        todo += (kind := todo.pop()).__subclasses__()
+        found.add(kind)
+    return sorted(
+        c.__name__ for c in found if c is not torch.optim.Optimizer and getattr(torch.optim, c.__name__, 0) is c
+    )
+
+
+def _schedules() -> list[str]:
+    return [c.__name__ for c in WarmupSchedule.__subclasses__()]
+
+
+# The task's recipe arguments that name a class: what each is, and the names it knows.
+_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", _schedules)}
 
 
 class CLI(LightningCLI):

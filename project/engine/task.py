@@ -43,8 +43,16 @@ from torchmetrics import MeanMetric, MetricCollection
 
 from project.engine.errors import ConfigError
 from project.engine.rng import capture_rng_state, restore_rng_state
-from project.engine.schedule import WarmupCosine, check_warmup, resolve_warmup_steps
 from project.engine.weights import load_matching, read_weights, resolve_weights_file
+from project.recipe import (
+    OptimizerCallable,
+    ScheduleCallable,
+    WarmupCosine,
+    build_optimizer,
+    check_warmup,
+    param_groups,
+    resolve_warmup_steps,
+)
 
 Batch = tuple[Tensor, Tensor]
 # A target that counts for nothing (padding): torch's cross_entropy skips it by default, as Hugging Face's labels do.
@@ -85,11 +93,9 @@ class Task(L.LightningModule):
         self,
         net: nn.Module,
         target_names: list[str] | None = None,
-        lr: float = 3e-3,
-        min_lr: float = 1e-5,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
         warmup: int | float = 0.05,
-        weight_decay: float = 0.05,
-        betas: tuple[float, float] = (0.9, 0.999),
+        schedule: ScheduleCallable = WarmupCosine,
         compile: bool | str = False,
         init_from: str | None = None,
         freeze_backbone: bool | int = False,
@@ -101,13 +107,14 @@ class Task(L.LightningModule):
             net: the network, any ``nn.Module`` mapping a batch of inputs to the task's outputs.
             target_names: the names of the targets (class names, or the value columns), linked from the DataModule
                 by the CLI.
-            lr: peak learning rate, reached at the end of warmup.
-            min_lr: learning rate at the final optimizer step (the end of the cosine).
+            optimizer: any ``torch.optim`` optimizer by class path, with its own arguments; its ``lr`` is the peak
+                learning rate, its ``weight_decay`` applies to weight matrices and conv kernels only
+                (``project/recipe.py``).
             warmup: linear-warmup length: an int is a number of optimizer steps, a float in [0, 1) a fraction
                 of the run's optimizer steps.
-            weight_decay: AdamW decoupled weight decay, applied to weight matrices and conv kernels only (never
-                to biases or normalisation weights).
-            betas: AdamW's moment coefficients.
+            schedule: the LR schedule, stepped per optimizer step: ``project.recipe.WarmupCosine`` (the default),
+                ``WarmupLinear``, ``WarmupConstant``, ``WarmupStableDecay``, or a class of yours built as
+                ``cls(optimizer, total_steps, warmup_steps, **init_args)``.
             compile: ``torch.compile`` the net (true: the default inductor backend; a string names another
                 backend, e.g. "eager" to debug). Compiled in place (``nn.Module.compile``), so parameter names and
                 checkpoints are those of the plain net and load into an uncompiled model.
@@ -118,20 +125,14 @@ class Task(L.LightningModule):
             freeze_backbone: the net's ``backbone`` (a net declares it by having that submodule) is not trained:
                 true for the whole run, N for the first N epochs. While frozen its BatchNorm layers stay in eval mode
                 (their running statistics are kept).
-            backbone_lr_scale: the backbone's learning rate relative to the head's (``lr``, ``min_lr`` and the
-                whole warmup+cosine curve scaled), e.g. 0.1 to fine-tune pretrained features gently.
+            backbone_lr_scale: the backbone's learning rate relative to the head's (the whole schedule's curve
+                scaled), e.g. 0.1 to fine-tune pretrained features gently.
             monitor: the metric this run is judged by (best checkpoint, early stopping, ``make runs``, ``make
                 sweep``), one the task logs, e.g. ``val/auroc``; its direction is the metric's own
                 (torchmetrics' ``higher_is_better``; ``val/loss``: min). None: the task's (``monitor``, ``mode``).
         """
         super().__init__()
-        if not lr > 0:
-            raise ConfigError(f"model.lr={lr!r}: the learning rate must be > 0.")
-        if not 0 <= min_lr <= lr:
-            raise ConfigError(f"model.min_lr={min_lr!r}: must lie in [0, model.lr={lr!r}].")
         check_warmup(warmup)
-        if weight_decay < 0:
-            raise ConfigError(f"model.weight_decay={weight_decay!r}: must be >= 0.")
         if not (isinstance(freeze_backbone, bool) or freeze_backbone >= 0):
             raise ConfigError(f"model.freeze_backbone={freeze_backbone!r}: true, false, or a number of epochs >= 0.")
         if not backbone_lr_scale > 0:
@@ -148,8 +149,10 @@ class Task(L.LightningModule):
         # module object, which must never be pickled into a checkpoint: its weights are in the state_dict anyway.
         # Lightning exposes "hparams came from the CLI" only through this context variable. (Collects the
         # subclass's own arguments too: Lightning walks the chain of __init__ frames.)
-        self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net"])
+        # The optimizer and schedule likewise: the CLI's config names their classes; by hand they are callables.
+        self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net", "optimizer", "schedule"])
         self.net = net
+        self.optimizer, self.schedule = optimizer, schedule
         self.target_names = list(target_names or [])
         # nan_strategy="disable": the default NaN check costs a host sync per update; a NaN loss should show
         # in the curve anyway (and EarlyStopping stops on it).
@@ -435,45 +438,22 @@ class Task(L.LightningModule):
         if self._trainer is not None and self.trainer.state.fn == "fit" and "rng_states" in checkpoint:
             restore_rng_state(checkpoint["rng_states"])
 
-    def param_groups(self) -> list[dict[str, Any]]:
-        """AdamW's groups: weight matrices and conv kernels with weight decay, the rest without; with a backbone
-        being fine-tuned (frozen for a while, or at its own LR), the backbone's two groups first, at ``lr`` times
-        ``backbone_lr_scale``. The groups are the same all run long (freezing only withholds gradients), so the
-        schedule and a resumed optimizer see the same groups at every epoch."""
-        lr, scale = self.hparams["lr"], self.hparams.get("backbone_lr_scale", 1.0)
-        trainable = [(n, p) for n, p in self.named_parameters() if p.requires_grad]
-        parts: list[tuple[str, float, list[nn.Parameter]]] = [("", lr, [p for _, p in trainable])]
-        if self.hparams.get("freeze_backbone", False) or scale != 1.0:
-            inside = {id(p) for p in self._backbone().parameters()}
-            parts = [
-                ("backbone", lr * scale, [p for _, p in trainable if id(p) in inside]),
-                ("head", lr, [p for _, p in trainable if id(p) not in inside]),
-            ]
-        groups = []
-        for part, part_lr, params in parts:
-            for kind, decay in (("decay", self.hparams["weight_decay"]), ("no_decay", 0.0)):
-                group: dict[str, Any] = {
-                    "params": [p for p in params if (p.ndim >= 2) == (kind == "decay")], "weight_decay": decay,
-                    "lr": part_lr,
-                }  # fmt: skip
-                if part:  # named in the LR curves (lr-AdamW/backbone/decay); the plain split keeps pg1, pg2
-                    group["name"] = f"{part}/{kind}"
-                groups.append(group)
-        return groups
-
     def configure_optimizers(self) -> Any:
-        # foreach (the default), never fused=True: fused AdamW + gradient clipping under AMP raises in
-        # Lightning 2.6 (#21435).
-        optimizer = torch.optim.AdamW(self.param_groups(), lr=self.hparams["lr"], betas=tuple(self.hparams["betas"]))
+        # The recipe (project/recipe.py): the optimizer over the weight-decay split (a backbone being fine-tuned in
+        # groups of its own, the same all run long: freezing only withholds gradients), and the schedule over the
+        # run's optimizer steps, stepped per optimizer step.
+        finetuned = self.hparams.get("freeze_backbone", False) or self.hparams.get("backbone_lr_scale", 1.0) != 1.0
+        backbone = self._backbone() if finetuned else None
+        optimizer = build_optimizer(self.optimizer, param_groups(self, backbone, self.hparams["backbone_lr_scale"]))
         total = self.trainer.estimated_stepping_batches
         if not math.isfinite(total):
             raise ConfigError(
                 "The run length is unknown (infinite data and no trainer.max_steps); set trainer.max_steps so the "
-                "cosine schedule knows where it ends."
+                "LR schedule knows where it ends."
             )
         total = int(total)
         warmup = resolve_warmup_steps(self.hparams["warmup"], total)
         if getattr(self.trainer, "fast_dev_run", False):  # a smoke test of a few batches: the curve squeezed in
             warmup = min(warmup, total - 1)
-        scheduler = WarmupCosine(optimizer, warmup, total, self.hparams["min_lr"], lr=self.hparams["lr"])
+        scheduler = self.schedule(optimizer, total, warmup)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
