@@ -40,14 +40,14 @@ TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: CONFIG=$(CONFIG) ARGS='$(ARGS)' RUN='$(RUN)' INPUT='$(INPUT)' OUTPUT='$(OUTPUT)'"
 	@echo "             NAME='$(NAME)' LOGS=$(LOGS) SWEEP=$(SWEEP) WORKERS=$(WORKERS) TEST_WORKERS=$(TEST_WORKERS)"
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
-	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(DEST) KEEP='$(KEEP)' TEMPLATE=$(TEMPLATE)"
+	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(if $(NAME),$(DEST),'../<NAME>') KEEP='$(KEEP)' TEMPLATE=$(TEMPLATE)"
 
 # Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
@@ -112,10 +112,15 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
 test: $(TEST_INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 \
+		-m "not manual" $(ARGS)
 
 test-fast: $(TEST_INSTALLED) ## run the tests not marked slow
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
+		-m "not slow and not manual" $(ARGS)
+
+check-manual: $(TEST_INSTALLED) ## the template's own checks of its manual, examples and guarantees table (its CI runs them)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
 	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))

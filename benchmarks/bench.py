@@ -127,7 +127,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "data": cli.config.data.as_dict(),
         "model": {"class_path": cli.config.model.class_path,
                   "init_args": {k: v for k, v in model.as_dict().items() if k not in ("net", "target_names")}},
-        "trainer": {k: v for k, v in trainer.as_dict().items() if k not in ("logger", "callbacks", "max_epochs")},
+        "trainer": {k: v for k, v in trainer.as_dict().items()
+                    if k not in ("logger", "callbacks", "plugins", "max_epochs")},
     }  # fmt: skip
     torch.save(spec, path)
 

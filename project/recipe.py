@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from torch import Tensor, nn
-from torch.optim import Optimizer
+from torch.optim import Optimizer, SparseAdam
 from torch.optim.lr_scheduler import LRScheduler
 
 from project.engine.errors import ConfigError
@@ -54,13 +54,21 @@ def param_groups(model: nn.Module, backbone: nn.Module | None = None, backbone_l
 
 def build_optimizer(optimizer: OptimizerCallable, groups: list[dict]) -> Optimizer:
     """``optimizer`` over ``groups``, each group's lr its ``lr_scale`` times the optimizer's own (the peak)."""
+    lr = getattr(optimizer, "keywords", {}).get("lr")  # what the config gave (LightningCLI injects a partial)
+    if lr is not None and not lr > 0:
+        raise ConfigError(f"model.optimizer.lr={lr!r}: the peak learning rate must be > 0.")
     try:
         built = optimizer(groups)
-    except ValueError as err:  # torch's own checks (e.g. "Invalid learning rate: -1.0")
-        # LBFGS: "doesn't support per-parameter options (parameter groups)".
-        groups_needed = (" the recipe gives weight matrices and the rest their own groups (weight decay, a backbone's "
-                         "LR scale): choose an optimizer that takes parameter groups, e.g. AdamW or SGD.")  # fmt: skip
-        raise ConfigError(f"model.optimizer: {err}.{groups_needed if 'parameter groups' in str(err) else ''}") from None
+    except ValueError as err:  # torch's own checks; LBFGS: "doesn't support per-parameter options (parameter groups)"
+        raise ConfigError(
+            f"model.optimizer: {str(err).rstrip('.')}, which the recipe uses (weight decay on weight matrices only, "
+            "a backbone's LR scale): choose an optimizer that takes them, e.g. AdamW or SGD."
+            if "parameter groups" in str(err)
+            else f"model.optimizer: {err}"
+        ) from None
+    if isinstance(built, SparseAdam):  # it fails at the first step, on any net with dense gradients
+        raise ConfigError("model.optimizer=SparseAdam: it takes sparse gradients only (nn.Embedding(sparse=True)); "
+                          "choose one for dense gradients, e.g. AdamW or SGD.")  # fmt: skip
     for group in built.param_groups:
         group["lr"] = built.defaults["lr"] * group["lr_scale"]  # x 1.0 is exact: the plain groups are at the peak
     return built
@@ -83,8 +91,6 @@ class WarmupSchedule(LRScheduler):
                 "optimizer steps; warmup must be shorter than the run (lower model.warmup or train longer)."
             )
         self.reference_lr = float(optimizer.defaults["lr"])
-        if not self.reference_lr > 0:
-            raise ConfigError(f"model.optimizer.lr={self.reference_lr!r}: the peak learning rate must be > 0.")
         if not 0 <= min_lr <= self.reference_lr:
             raise ConfigError(
                 f"model.schedule.min_lr={min_lr!r}: the floor must lie in [0, the optimizer's lr={self.reference_lr}]."

@@ -161,14 +161,14 @@ def lines_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_lines(tmp_path_factory.mktemp("data") / "lines.csv", per_class=100)
 
 
-def default_data_missing() -> str | None:
+def default_data_missing(root: Path = ROOT) -> str | None:
     """Why the suite cannot run configs/default.yaml here: it reads data this checkout lacks (data/ is git-ignored,
     so a fresh clone, CI's included, has none); None when it can."""
     import yaml
 
     data = (yaml.safe_load(Path(USER_DEFAULT).read_text()) or {}).get("data") or {}
     for key, value in (data.get("init_args") or {}).items():
-        if key in ("path", "root") and value is not None and not (ROOT / str(value)).exists():
+        if key in ("path", "root") and value is not None and not (root / str(value)).exists():
             return (
                 f"configs/default.yaml reads data.{key}={value!r}, which this checkout does not have (data/ is "
                 "git-ignored): its contract checks run where the data is; for CI, commit a small sample (e.g. "

@@ -330,3 +330,24 @@ class Snapshots(L.Callback):
 
 def _copy(net: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+class EvalOutputs(L.Callback):
+    """What each evaluation batch hands its callbacks: (stage, the outputs equal the model's on the batch, the targets
+    equal the batch's)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool, bool]] = []
+
+    def _check(self, stage: str, pl_module: L.LightningModule, outputs: Any, batch: Any) -> None:
+        with torch.no_grad():
+            again = pl_module(batch[0])
+        self.seen.append((stage, torch.equal(outputs["outputs"], again), torch.equal(outputs["targets"], batch[1])))
+
+    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
+        self._check("val", pl_module, outputs, batch)
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
+        self._check("test", pl_module, outputs, batch)

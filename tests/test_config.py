@@ -1,11 +1,12 @@
 """Config overlays compose and run; bad input exits non-zero with a message naming the key."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import yaml
-from conftest import DEBUG, DIGITS, ROOT, fit, run_module
+from conftest import DEBUG, DIGITS, PACKAGE, ROOT, USER_DEFAULT, fit, run_module
 
 from project.engine.cli import main
 
@@ -26,11 +27,11 @@ SHIPPED = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.parent.name 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=[str(p.relative_to(ROOT / "configs")) for p in SHIPPED])
 def test_every_shipped_config_composes_over_the_default(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Each config file parses over the engine tests' default, as `make train ARGS="--config ..."` layers it: a key
-    it sets that the task, the DataModule or the Trainer does not take is refused here. (Whether it trains: the
+    """Each config file parses over the repository's own default, as `make train ARGS="--config ..."` layers it: a
+    key it sets that the task, the DataModule or the Trainer does not take is refused here. (Whether it trains: the
     tests that run it.)"""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DIGITS, "--config", str(config), "--print_config"])
+        main(["fit", "--config", USER_DEFAULT, "--config", str(config), "--print_config"])
     assert exit_info.value.code in (0, None), capsys.readouterr().err[-2000:]
     assert yaml.safe_load(capsys.readouterr().out)["model"]["class_path"]  # printed: it parsed
 
@@ -79,7 +80,7 @@ def test_overlay_composes_over_the_default(
     assert value == expected
     # Everything else still comes from the default (overlays hold no lists that would replace the callbacks).
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
-    assert len(printed["trainer"]["callbacks"]) == 6
+    assert len(printed["trainer"]["callbacks"]) == 7
     assert printed["model"]["init_args"]["net"]["class_path"] == "toy.ConvNet"
 
 
@@ -131,9 +132,13 @@ BAD_INPUTS = [
     (["--model.lrr=0.1"], "error: model.lrr: Option 'lrr' is not accepted"),
     (["--model.net.init_args.dropout=x"], "error: model.net.init_args.dropout: Expected a <class 'float'>"),
     (["--model.optimizer.lr=0"], "model.optimizer.lr=0.0: the peak learning rate must be > 0"),
-    (["--model.optimizer.lr=-1"], "model.optimizer: Invalid learning rate: -1.0"),
+    (["--model.optimizer.lr=-1"], "model.optimizer.lr=-1.0: the peak learning rate must be > 0"),
+    (["--model.optimizer=SparseAdam"], "model.optimizer=SparseAdam: it takes sparse gradients only"),
     (["--model.optimizer=Adamw"], "model.optimizer=Adamw: no torch.optim optimizer has that name; give one of"),
-    (["--model.optimizer=LBFGS"], "model.optimizer: LBFGS doesn't support per-parameter options"),
+    (
+        ["--model.optimizer=LBFGS"],
+        "model.optimizer: LBFGS doesn't support per-parameter options (parameter groups), which the recipe uses",
+    ),
     (["--model.schedule=Cosine"], "model.schedule=Cosine: no schedule has that name; give one of WarmupCosine"),
     (["--model.schedule.min_lr=1.0"], "model.schedule.min_lr=1.0: the floor must lie in [0, the optimizer's lr"),
     (["--model.schedule=WarmupStableDecay", "--model.schedule.decay_fraction=0"], "model.schedule.decay_fraction=0"),
@@ -186,10 +191,37 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
 ) -> None:
     import conftest
 
+    # A checkout of its own (tmp_path), so a repository that has its data/churn.csv tests the same.
     yours = tmp_path / "default.yaml"
     yours.write_text("data:\n  class_path: yours.Churn\n  init_args:\n    path: data/churn.csv\n")
     monkeypatch.setattr(conftest, "USER_DEFAULT", str(yours))
-    why = conftest.default_data_missing()  # what the contract suite's default subject and the data notebook skip on
+    why = conftest.default_data_missing(root=tmp_path)  # what the contract suite and the data notebook skip on
     assert why is not None and why.startswith("configs/default.yaml reads data.path='data/churn.csv', which this")
-    yours.write_text(yours.read_text().replace("data/churn.csv", "configs/default.yaml"))  # a file that is there
-    assert conftest.default_data_missing() is None
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "churn.csv").write_text("id,churned\n1,0\n")  # the data, there
+    assert conftest.default_data_missing(root=tmp_path) is None
+
+
+def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from project.engine.checkpoints import AtomicCheckpointIO
+    from project.engine.last_checkpoint import LastCheckpoint
+    from project.engine.provenance import Provenance
+
+    def ours(cli: Any) -> list[type]:
+        kinds = [type(cb) for cb in cli.trainer.callbacks if type(cb).__module__.startswith(f"{PACKAGE}.")]
+        return [*kinds, type(cli.trainer.strategy.checkpoint_io)]
+
+    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG))  # the config lists all three
+    assert {LastCheckpoint, Provenance, AtomicCheckpointIO} <= set(ours(listed))
+    assert "leaves out" not in caplog.text
+    # Left out of the config: not added behind its back, and one line each says what is lost.
+    callbacks = [cb for cb in yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
+                 if not cb["class_path"].endswith(("LastCheckpoint", "Provenance"))]  # fmt: skip
+    overlay = tmp_path / "without.yaml"
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "plugins": None}}))
+    bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(overlay)))
+    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO} & set(ours(bare))
+    lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
+    assert [n for n in ("AtomicCheckpointIO", "LastCheckpoint", "Provenance") if any(n in line for line in lost)] == [
+        "AtomicCheckpointIO", "LastCheckpoint", "Provenance"
+    ] and len(lost) == 3  # fmt: skip

@@ -121,6 +121,15 @@ def test_the_optimizer_and_schedule_are_the_configs(recipe: str, tmp_path: Path)
         assert groups == pytest.approx([closed_form(step, 2, 14)] * 2, rel=1e-12), f"step {step}"
 
 
+def test_each_evaluation_batchs_outputs_and_targets_reach_the_callbacks(tmp_path: Path) -> None:
+    # A callback that needs the predictions (a confusion matrix, the worst examples) gets them from the step itself.
+    cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=3",
+              "--trainer.limit_test_batches=2", "--trainer.num_sanity_val_steps=0",
+              "--trainer.callbacks+=probes.EvalOutputs")  # fmt: skip
+    probe = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EvalOutputs")
+    assert probe.seen == [("val", True, True)] * 3 + [("test", True, True)] * 2
+
+
 def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recorder:
     cli = fit(
         tmp_path,

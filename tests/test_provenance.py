@@ -29,6 +29,7 @@ trainer:
       init_args: {filename: best, monitor: val/acc, mode: max}
     - class_path: lightning.pytorch.callbacks.EarlyStopping
       init_args: {monitor: val/loss, mode: min, patience: 1, min_delta: 100.0}
+    - class_path: project.engine.provenance.Provenance
 """
 
 

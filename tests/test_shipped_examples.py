@@ -5,8 +5,12 @@ one (by hand or by leaving it out of `make new-project KEEP=...`) never breaks a
 import re
 from pathlib import Path
 
+import pytest
 from conftest import PACKAGE, ROOT
 from shipped_examples import EXAMPLES, names, present
+
+# The template's examples as they ship: `make check-manual` (the template's CI) runs these, `make test` does not.
+pytestmark = pytest.mark.manual
 
 
 def _own_files(example: str) -> set[str]:

@@ -19,10 +19,10 @@ from typing import Any, Literal, NoReturn
 
 import lightning as L
 import torch
-from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.engine.checkpoints import (
@@ -133,9 +133,10 @@ def _optimizers() -> list[str]:
     while todo:  # AdamW is a subclass of Adam
         todo += (kind := todo.pop()).__subclasses__()
         found.add(kind)
-    return sorted(
-        c.__name__ for c in found if c is not torch.optim.Optimizer and getattr(torch.optim, c.__name__, 0) is c
-    )
+    # Not those the recipe's parameter groups cannot use: LBFGS (no groups), SparseAdam (sparse gradients only), Muon
+    # (matrices only).
+    unfit = {"Optimizer", "LBFGS", "SparseAdam", "Muon"}
+    return sorted(c.__name__ for c in found if c.__name__ not in unfit and getattr(torch.optim, c.__name__, 0) is c)
 
 
 def _schedules() -> list[str]:
@@ -314,23 +315,39 @@ class CLI(LightningCLI):
             data.expected_normalization = expected
             print(f"Inputs normalised with the statistics {type(task.net).__name__} expects (mean {expected['mean']}, "
                   f"std {expected['std']}); data.normalize=train uses the training split's instead.")  # fmt: skip
-        if type(self.trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # unless the config chose another
-            self.trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
         if self.subcommand == "predict" and not any(isinstance(cb, CSVPredictionWriter) for cb in callbacks):
             ckpt_path = self.config.predict.get("ckpt_path")
             run_dir = Path(ckpt_path).resolve().parent.parent if ckpt_path else Path.cwd()
             callbacks.append(CSVPredictionWriter(str(run_dir / "predictions.csv")))
-        checkpointing = self.config.get("fit", {}).get("trainer", {}).get("enable_checkpointing", True) is not False
-        if self.subcommand == "fit" and checkpointing and not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
-            callbacks.append(LastCheckpoint())  # the resume and Ctrl-C guarantees hold even if the config drops it
-        if self.subcommand == "fit" and not any(isinstance(cb, Provenance) for cb in callbacks):
-            callbacks.append(Provenance(cli_args=self._cli_args))
+        if self.subcommand == "fit":
+            self._say_what_the_config_leaves_out(callbacks)
+        for provenance in (cb for cb in callbacks if isinstance(cb, Provenance)):
+            provenance.cli_args = self._cli_args  # what this CLI parsed (inside a notebook or a test: not sys.argv)
         trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
         if trackers:
             resolved = self.config.fit.clone()
             resolved.pop("config", None)  # the config files' paths, not a setting of the run
             callbacks.append(TrackerRun(trackers, _simple(flatten(resolved.as_dict()))))
+
+    def _say_what_the_config_leaves_out(self, callbacks: list[Any]) -> None:
+        """What runs is what the config lists: a guarantee whose callback or plugin it leaves out is lost, and one line
+        each says so (nothing is added behind the config's back)."""
+        missing: list[tuple[str, type, str]] = []
+        if self.trainer.checkpoint_callbacks:  # else no checkpoint is written: nothing to write atomically or resume
+            io = self.trainer.strategy.checkpoint_io
+            if not isinstance(getattr(io, "checkpoint_io", io), AtomicCheckpointIO):  # BackgroundCheckpointIO wraps it
+                missing.append(("trainer.plugins", AtomicCheckpointIO,
+                                "a crash during a checkpoint write can leave a half-written .ckpt"))  # fmt: skip
+            if not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
+                missing.append(("trainer.callbacks", LastCheckpoint,
+                                "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"))  # fmt: skip
+        if not any(isinstance(cb, Provenance) for cb in callbacks):
+            missing.append(("trainer.callbacks", Provenance,
+                            "no provenance.json: make runs and make sweep-status cannot list this run"))  # fmt: skip
+        for key, kind, lost in missing:
+            name = f"{kind.__module__}.{kind.__name__}"
+            rank_zero_info(f"The config's {key} leaves out {name}: {lost} (configs/default.yaml lists it).")
 
     def before_fit(self) -> None:
         self._started = time.perf_counter()

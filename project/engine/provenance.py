@@ -160,7 +160,7 @@ def _signal_name(signum: int) -> str:
 
 
 class Provenance(Callback):
-    """Writes the run's provenance.json (see the module's docstring). The CLI adds it to every ``fit``."""
+    """Writes the run's provenance.json (see the module's docstring); listed in configs/default.yaml's callbacks."""
 
     def __init__(self, cli_args: list[str] | None = None) -> None:
         """

@@ -376,7 +376,7 @@ class Task(L.LightningModule):
                 norm = norm.full_tensor()
             self.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
-    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
+    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> dict[str, Tensor]:
         x, y = batch
         outputs = self(x)
         # Per-sample (per-token) losses into a MeanMetric: the epoch value is the exact mean over samples (counted
@@ -389,6 +389,9 @@ class Task(L.LightningModule):
         else:
             loss_metric.update(losses)
         self.update_metrics(metrics, outputs, y)
+        # What a callback's on_validation_batch_end / on_test_batch_end receives as ``outputs``: the net's outputs
+        # and the targets of the batch, so a callback of yours (project/callbacks.py) needs no second forward pass.
+        return {"outputs": outputs, "targets": y}
 
     def _log_epoch(self, stage: str, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
         # Once per epoch, not per batch: the same value (Lightning computes, syncs across ranks and resets the
@@ -397,14 +400,14 @@ class Task(L.LightningModule):
         for name, metric in metrics.items(keep_base=False):
             self.log(name, metric, prog_bar=name == self.monitor)
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_loss, self.val_metrics)
+    def validation_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+        return self._evaluate(batch, self.val_loss, self.val_metrics)
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val", self.val_loss, self.val_metrics)
 
-    def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_loss, self.test_metrics)
+    def test_step(self, batch: Batch, batch_idx: int) -> dict[str, Tensor]:
+        return self._evaluate(batch, self.test_loss, self.test_metrics)
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", self.test_loss, self.test_metrics)
