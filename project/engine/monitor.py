@@ -96,6 +96,7 @@ class TrainingMonitor(L.Callback):
             self._tokens = self._tokens + (batch[1] != IGNORE_INDEX).sum()  # on the device: read once per window
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+        # Private: Lightning's own "does this micro-batch end its window" (no public way: Lightning #19987, #21808).
         if every <= 0 or trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
             return
         elapsed = max(now - self._window_start, 1e-9)

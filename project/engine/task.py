@@ -328,6 +328,8 @@ class Task(L.LightningModule):
         and DDP averages over the W processes, so the factor is k * W / tokens. The gradients accumulated so far
         are scaled here, and the last micro-batch's loss by the caller, before DDP's reduction and before any
         ``on_before_optimizer_step`` hook (clipping, the grad-norm log, callbacks) sees them. None mid-window."""
+        # Private: Lightning has no public way to ask whether this micro-batch ends its window; its own rule is this
+        # (Lightning #19987, #21808). The accumulation and token tests fail if it changes.
         if self.trainer.fit_loop.epoch_loop._should_accumulate():
             return None
         assert self._window_tokens is not None
