@@ -142,6 +142,10 @@ BAD_INPUTS = [
     (["--model.schedule=Cosine"], "model.schedule=Cosine: no schedule has that name; give one of WarmupCosine"),
     (["--model.schedule.min_lr=1.0"], "model.schedule.min_lr=1.0: the floor must lie in [0, the optimizer's lr"),
     (["--model.schedule=WarmupStableDecay", "--model.schedule.decay_fraction=0"], "model.schedule.decay_fraction=0"),
+    (
+        ["--model.schedule=WarmupStableDecay", "--model.schedule.shape=sqrt"],
+        "error: model.schedule.shape: sqrt is not one of 'linear', '1-sqrt', 'cosine' (project.recipe.WarmupStable",
+    ),
     (["--model.warmup=1.5"], "model.warmup=1.5"),
     (["--model.warmup=-3"], "model.warmup=-3"),
     (["--data.batch_size=0"], "data.batch_size=0"),
@@ -161,7 +165,8 @@ def test_bad_input_exits_non_zero_naming_the_key(
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}", *args])
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "usage:" not in err  # the one sentence, not jsonargparse's page of usage before it
     assert not (tmp_path / "digits").exists() or not any((tmp_path / "digits").iterdir())
 
 

@@ -9,6 +9,7 @@ with ``weights_only=True`` and must agree with the config, and ``fit`` ends by t
 """
 
 import importlib
+import os
 import re
 import shutil
 import sys
@@ -91,10 +92,14 @@ def _written_at_start(name: str) -> bool:
 
 class _Parser(LightningArgumentParser):
     """jsonargparse's parser, with its error for a bad key of a task or DataModule (classes chosen by class_path)
-    shortened from the union's every alternative to the key and its own complaint."""
+    shortened from the union's every alternative to the key and its own complaint, and printed alone: jsonargparse
+    prints the whole usage (~50 lines) before it."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        super().error(condensed(message), ex)
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raised for a caller to handle
+            super().error(condensed(message), ex)
+        print(f"error: {condensed(message)}  (--help lists every key)", file=sys.stderr)
+        sys.exit(2)
 
 
 def condensed(message: str) -> str:
@@ -125,6 +130,9 @@ def condensed(message: str) -> str:
             f"{name}={unknown.group(1)}: no {kind} has that name; give one of {', '.join(known())} or the class "
             "path of your own (my_package.module.Class)."
         )
+    # A class's argument: the class, not the parsed Namespace; a Literal: the choices in plain words.
+    reason = re.sub(r"\. Got value: Namespace\(class_path='([^']+)'.*$", r" (\1)", reason)
+    reason = re.sub(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*?)( \(|$)", r"\2 is not one of \1\3", reason)
     return f"{name}: {reason}" if name and reason else message
 
 
