@@ -118,11 +118,6 @@ def condensed(message: str) -> str:
             reason = text
     given = re.search(r"Given value: NestedArg\(key='([^']+)'", message)  # the key as the command line spelled it
     name = f"{keys[0]}.{given.group(1)}" if given and keys else ".".join(keys)
-    # A bad argument of an injected class (model.optimizer.lr=abc): jsonargparse names the whole Callable type.
-    injected = re.search(r"expects a function or a callable class: (?:\w+: )?(.*?)\. Got value: .*class_path='([^']+)'",
-                         reason)  # fmt: skip
-    if injected:
-        return f"{name}: {injected.group(1)} ({injected.group(2)})"
     unknown = re.fullmatch(r"- Expected a dot import path string: (.+)", reason)
     if unknown and name.rpartition(".")[2] in _RECIPE_CLASSES:
         kind, known = _RECIPE_CLASSES[name.rpartition(".")[2]]
@@ -130,7 +125,9 @@ def condensed(message: str) -> str:
             f"{name}={unknown.group(1)}: no {kind} has that name; give one of {', '.join(known())} or the class "
             "path of your own (my_package.module.Class)."
         )
-    # A class's argument: the class, not the parsed Namespace; a Literal: the choices in plain words.
+    # A bad argument of an injected class (model.optimizer.lr=abc): the class, not the whole Callable type and the
+    # parsed Namespace jsonargparse names; a Literal: its choices in plain words.
+    reason = re.sub(r"^Type .* expects a function or a callable class: (?:\w+: )?", "", reason)
     reason = re.sub(r"\. Got value: Namespace\(class_path='([^']+)'.*$", r" (\1)", reason)
     reason = re.sub(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*?)( \(|$)", r"\2 is not one of \1\3", reason)
     return f"{name}: {reason}" if name and reason else message

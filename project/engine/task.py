@@ -22,11 +22,11 @@ A task (``project/tasks/``) subclasses ``Task`` and says only what the problem i
   ``settable_at_predict``: the constructor arguments that say how to predict, not what was trained (a language
   model's ``max_new_tokens``, ``temperature``...): ``predict`` may change them on a checkpoint.
 
-The engine here owns the rest, whatever the task's steps compute: AdamW with the weight-decay split and the
-warmup+cosine schedule per optimizer step, the accumulation tail-window correction and the token weighting of a step (in
-the ``backward`` hook), the logging-step gating and the gradient-norm log, the RNG state in checkpoints, the checkpoint
-fit check, ``torch.compile``, the FSDP sharding hook, the fast_dev_run warmup squeeze, and a validation at the last step
-of a run that ends at ``trainer.max_steps`` mid-epoch.
+The engine here owns the rest, whatever the task's steps compute: the configured optimizer over the weight-decay
+split and the configured schedule per optimizer step (``project/recipe.py``), the accumulation tail-window correction
+and the token weighting of a step (in the ``backward`` hook), the logging-step gating and the gradient-norm log, the
+RNG state in checkpoints, the checkpoint fit check, ``torch.compile``, the FSDP sharding hook, the fast_dev_run warmup
+squeeze, and a validation at the last step of a run that ends at ``trainer.max_steps`` mid-epoch.
 """
 
 import math
@@ -78,7 +78,7 @@ class WeightedMean(MeanMetric):
 
 
 class Task(L.LightningModule):
-    """AdamW and a warmup+cosine schedule stepped per optimizer step, around any ``net``. Subclass it (see the
+    """The config's optimizer and LR schedule, stepped per optimizer step, around any ``net``. Subclass it (see the
     module docstring for what a task declares); ``training_step`` and the evaluation steps may be overridden too,
     and the engine's mechanics still apply."""
 
