@@ -41,6 +41,7 @@ CONFIGURED_MONITOR = (
     "tests/test_classification.py::test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric"
 )
 ID_COLUMNS = "tests/test_table.py::test_the_prediction_file_carries_the_id_columns_as_written_in_input_order"
+TEST_SPLIT_IDS = "tests/test_table.py::test_predictions_on_the_test_split_carry_its_rows_id_columns"
 NOTEBOOK_ON_A_COPY = (
     "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
 )
@@ -223,8 +224,11 @@ SHIPPED = (
            "judged_by, direction = built.monitor, built.mode", "pass",
            (CONFIGURED_MONITOR,)),
     Mutant("the-prediction-file-carries-the-id-columns", "project/engine/predict.py",
-           'carried = getattr(dm, "predict_columns", {}) if', 'carried = {} if',
-           (ID_COLUMNS,)),
+           'carried = getattr(dm, "predict_columns" if on_a_file else "test_columns", {})', "carried = {}",
+           (ID_COLUMNS, TEST_SPLIT_IDS)),
+    Mutant("the-test-splits-predictions-carry-its-ids", "project/data/table.py",
+           "self.test_columns = {c: [values[i] for i in test] for c, values in ids.items()}", "pass",
+           (TEST_SPLIT_IDS,)),
     Mutant("id-columns-are-read-as-written", "project/data/table.py",
            'read_table(path, "data.predict_path", as_text=carried)', 'read_table(path, "data.predict_path")',
            (ID_COLUMNS,)),

@@ -178,3 +178,24 @@ def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
         "shape"] == (500, 30)  # fmt: skip
     assert bench.load_table("template", str(csv_path))["shape"] == encoded
     assert bench.load_table("template", str(parquet_path))["shape"] == encoded
+
+
+def test_predictions_on_the_test_split_carry_its_rows_id_columns(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from project.engine.predict import CSVPredictionWriter
+
+    columns = _churn_table(-1)
+    columns["customer"] = [f"{i:05d}" for i in range(60)]  # row i is customer i, leading zeros kept
+    dm = CSVDataModule(path=str(_write(tmp_path, columns)), target="churn", id_columns=["customer"])
+    dm.setup("test")
+    test = list(dm.test_set.indices)  # type: ignore[union-attr]  (the test split's rows, in its order)
+    assert dm.test_columns == {"customer": [f"{i:05d}" for i in test]}
+    task = SimpleNamespace(prediction_table=lambda outputs: (["prediction"], [["p"]] * len(outputs)),
+                           write_prediction_files=lambda *args: None)  # fmt: skip
+    writer = CSVPredictionWriter(str(tmp_path / "predictions.csv"))
+    writer.write_on_epoch_end(SimpleNamespace(datamodule=dm), task, [torch.zeros(len(test), 2)], [])  # type: ignore[arg-type]
+    with open(tmp_path / "predictions.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["index", "customer", "prediction"]
+    assert [row[1] for row in rows[1:]] == [f"{i:05d}" for i in test]

@@ -313,8 +313,8 @@ class CSVDataModule(DataModule):
                 ``refuse`` (a missing feature value is an error naming its row).
             max_categories: the most categories a column may hold (more: an ID or free text, refused).
             id_columns: columns that are no input but are carried into the prediction file (as written), so its
-                rows join back to yours (a customer ID); None = every column of the predicted file that is no
-                feature (the target too, when it is there).
+                rows join back to yours (a customer ID), a file's and the test split's alike; None = every column of
+                the predicted file that is no feature (the target too, when it is there), and none for the test split.
             **engine: the loader, split and normalisation settings of ``DataModule``.
         """
         super().__init__(**engine)
@@ -322,7 +322,7 @@ class CSVDataModule(DataModule):
         self.id_columns = None if id_columns is None else list(id_columns)
         if self.restored():  # the columns, their encoding and the class names from the checkpoint: no file is read
             return
-        table = read_table(self.path, "data.path")
+        table = read_table(self.path, "data.path", as_text=lambda header: self.id_columns or [])
         header = table.column_names
         targets = [target] if isinstance(target, str) else list(target)
         unknown_targets = [t for t in targets if t not in header]
@@ -343,7 +343,9 @@ class CSVDataModule(DataModule):
         unknown = [c for c in categorical or [] if c not in self.features]
         if unknown:
             raise ConfigError(f"data.categorical: {unknown} are not among the features {self.features}.")
-        train, _, _ = self.split_indices(table.num_rows)
+        train, _, test = self.split_indices(table.num_rows)
+        ids = {c: ["" if v is None else str(v) for v in _cells(table, c)] for c in self.id_columns or []}
+        self.test_columns = {c: [values[i] for i in test] for c, values in ids.items()}
         self.encoding = fit_encoding(table, self.features, train, list(categorical or []), missing, max_categories,
                                      self.path)  # fmt: skip
         self.inputs, _, _ = encode(table, self.encoding, self.path, "data.path", missing)

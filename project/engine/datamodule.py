@@ -19,7 +19,8 @@ The contract a subclass declares, which everything downstream reads (the net's s
   own split;
 - ``load_predict_inputs(path)``: one input file or folder decoded to samples, exactly as training decodes them;
   it may set ``predict_columns`` (column name: one string per input), carried into the prediction file so that its
-  rows join back to the inputs (the file each came from, a table's ID columns);
+  rows join back to the inputs (the file each came from, a table's ID columns); ``test_columns`` the same for the
+  test split's samples, when predict runs on it;
 - ``show(sample, ax)``: how a person looks at one sample (an image, or a bar per feature).
 
 Normalisation (float inputs only: token ids are never standardised): with ``normalize=True`` the mean and standard
@@ -187,6 +188,7 @@ class DataModule(L.LightningDataModule):
         self.test_set: Dataset | None = None
         self.predict_set: Dataset | None = None
         self.predict_columns: dict[str, list[str]] = {}  # carried into the prediction file, one value per input
+        self.test_columns: dict[str, list[str]] = {}  # the same for the test split's samples, in its order
         self._examples: tuple[Tensor, Tensor] | None = None
         self._restored = _RESTORING.get()
 

@@ -27,7 +27,8 @@ class CSVPredictionWriter(BasePredictionWriter):
         outputs = torch.cat(list(predictions)).float()
         header, rows = pl_module.prediction_table(outputs)  # type: ignore[operator]
         dm = trainer.datamodule  # type: ignore[attr-defined]
-        carried = getattr(dm, "predict_columns", {}) if getattr(dm, "predict_set", None) is not None else {}
+        on_a_file = getattr(dm, "predict_set", None) is not None
+        carried = getattr(dm, "predict_columns" if on_a_file else "test_columns", {})
         # a carried column named like one of ours (a table's own "prediction" column) is kept under another name
         carried = {(f"input.{k}" if k in ("index", *header) else k): v for k, v in carried.items()}
         output = Path(self.output)
