@@ -227,7 +227,7 @@ SHIPPED = (
            'carried = getattr(dm, "predict_columns" if on_a_file else "test_columns", {})', "carried = {}",
            (ID_COLUMNS, TEST_SPLIT_IDS)),
     Mutant("the-test-splits-predictions-carry-its-ids", "project/data/table.py",
-           "self.test_columns = {c: [values[i] for i in test] for c, values in ids.items()}", "pass",
+           "self.test_columns = {c: [values[i] for i in test] for c, values in rows.items()}", "pass",
            (TEST_SPLIT_IDS,)),
     Mutant("id-columns-are-read-as-written", "project/data/table.py",
            'read_table(path, "data.predict_path", as_text=carried)', 'read_table(path, "data.predict_path")',

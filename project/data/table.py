@@ -322,7 +322,8 @@ class CSVDataModule(DataModule):
         self.id_columns = None if id_columns is None else list(id_columns)
         if self.restored():  # the columns, their encoding and the class names from the checkpoint: no file is read
             return
-        table = read_table(self.path, "data.path", as_text=lambda header: self.id_columns or [])
+        ids = list(self.id_columns or [])
+        table = read_table(self.path, "data.path", as_text=(lambda header: ids) if ids else None)  # 00123 stays so
         header = table.column_names
         targets = [target] if isinstance(target, str) else list(target)
         unknown_targets = [t for t in targets if t not in header]
@@ -344,8 +345,8 @@ class CSVDataModule(DataModule):
         if unknown:
             raise ConfigError(f"data.categorical: {unknown} are not among the features {self.features}.")
         train, _, test = self.split_indices(table.num_rows)
-        ids = {c: ["" if v is None else str(v) for v in _cells(table, c)] for c in self.id_columns or []}
-        self.test_columns = {c: [values[i] for i in test] for c, values in ids.items()}
+        rows = {c: ["" if v is None else str(v) for v in _cells(table, c)] for c in ids}
+        self.test_columns = {c: [values[i] for i in test] for c, values in rows.items()}
         self.encoding = fit_encoding(table, self.features, train, list(categorical or []), missing, max_categories,
                                      self.path)  # fmt: skip
         self.inputs, _, _ = encode(table, self.encoding, self.path, "data.path", missing)
