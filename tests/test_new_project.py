@@ -14,7 +14,9 @@ import pytest
 from conftest import PACKAGE, ROOT
 from shipped_examples import EXAMPLES, present, selected_by, with_needs
 
-pytestmark = pytest.mark.slow
+# The template making a repository of yours (its examples and manual as they ship): `make check-manual` (the
+# template's CI) runs these; in your repository, whose README and examples are yours, `make test` leaves them out.
+pytestmark = [pytest.mark.slow, pytest.mark.manual]
 
 
 def _make(*args: str) -> subprocess.CompletedProcess[str]:
