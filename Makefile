@@ -38,6 +38,14 @@ INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
 # installed for make test only, so make train's install stays as small as without them.
 TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
+# timm brings torchvision, which pip takes from PyPI: a build for PyPI's torch. Beside another torch build (the small
+# CPU one of TORCH_SPEC=torch==2.13.0) its operators cannot load and its import fails ("operator torchvision::nms
+# does not exist"), and torchmetrics, so Lightning, imports torchvision whenever it is installed: every command would
+# fail. The install then removes the pair, saying so: only project.backbones.TimmNet needs them (its test skips).
+DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torchvision') is None)" \
+	&& ! $(BIN)/python -c "import torchvision" 2>/dev/null \
+	&& echo "note: torchvision from PyPI cannot load beside torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'): uninstalling it and timm (TimmNet needs them; install a matching pair, e.g. torch==2.14.1 torchvision==0.29.1)" \
+	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
 .PHONY: help new-project update-engine install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
@@ -54,6 +62,7 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
 	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
+	$(DROP_UNLOADABLE_TORCHVISION)
 	touch $@
 
 new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
@@ -65,11 +74,13 @@ update-engine: ## in a repository made by new-project: merge a newer template's 
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
 	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')
+	$(if $(TORCH_SPEC)$(EXTRAS),$(DROP_UNLOADABLE_TORCHVISION))
 
 comma := ,
 
 $(TEST_INSTALLED): $(INSTALLED)
 	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev,mlflow,wandb]'
+	$(DROP_UNLOADABLE_TORCHVISION)
 	touch $@
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint

@@ -10,6 +10,8 @@ from probes import Snapshots
 
 from project.engine.errors import ConfigError
 
+# make install removes timm where its torchvision cannot load beside the installed torch (the Makefile says why).
+NO_TIMM = "timm (the timm extra) is not installed, or was removed because its torchvision cannot load beside this torch"
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
          "--trainer.limit_test_batches=1", "--trainer.log_every_n_steps=1",
          "--trainer.callbacks+=probes.Snapshots")  # fmt: skip
@@ -23,7 +25,7 @@ def _run(save_dir: Path) -> Path:
 def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_statistics(
     image_folder: Path, tmp_path: Path
 ) -> None:
-    timm = pytest.importorskip("timm")
+    timm = pytest.importorskip("timm", reason=NO_TIMM)
     from safetensors.torch import save_file
 
     from project.engine.export import export
@@ -56,7 +58,7 @@ def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_s
 def test_weights_asked_of_timm_but_not_in_the_local_cache_say_what_to_fetch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("timm")
+    pytest.importorskip("timm", reason=NO_TIMM)
     import huggingface_hub
 
     from project.backbones import TimmNet
