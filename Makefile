@@ -130,7 +130,7 @@ test-fast: $(TEST_INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
 
-check-manual: $(TEST_INSTALLED) ## the template's own checks of its manual, examples and guarantees table (its CI runs them)
+check-manual: $(TEST_INSTALLED) ## the template's own checks of its manual, examples and guarantees bookkeeping (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit

@@ -1,68 +1,58 @@
-"""The manual's guarantees table (on whichever page of README.md and docs/ holds it), read: each row's promise, the
-tests it names and the mutants it names; which mutants guard a row. tests/test_guarantees.py holds the table to
-scripts/mutants.py with it, and scripts/new_project.py rewrites the rows of a repository that keeps only some
-examples. Only the standard library."""
+"""The template's guarantees, read from the tests that prove them: each ``@pytest.mark.guarantee("promise")`` on a
+test (or in a test file's ``pytestmark``: every test of the file), with the mutants of ``make mutants`` that break
+it (scripts/mutants.py: each names the tests that must fail). ``unmutated="..."`` says why no mutant can break a
+promise: "Lightning's own" (no line here keeps it; the test guards against a change that would break it), "CUDA
+only" (its test needs a GPU), "an example's own code" (the shipped example's lines are yours to change).
 
-import re
+    python scripts/guarantees.py     # the table: promise | tests | mutants
+
+Read statically (no test is imported): tests/test_guarantees.py holds it to scripts/mutants.py. Only the standard
+library."""
+
+import ast
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
-import manual
-
-SECTION = "What the template guarantees"
-NONE_YET = "none yet"
-# A row that no mutant of this repository can break, and why: no line of it keeps the promise (Lightning does; the
-# test guards against a change here that would break it), or the row's test runs on a CUDA device only.
-EXEMPT = ("none: Lightning's own", "none: CUDA only")
+ROOT = Path(__file__).resolve().parents[1]
 
 Ref = tuple[str, str | None]  # (test file, test function or None for the whole file)
 
 
-def split_row(line: str) -> tuple[str, str, str] | None:
-    """A table line -> (promise, tests cell, mutants cell); None for the header, the rule and non-table lines."""
-    if not line.startswith("| ") or line.startswith("| guarantee "):
-        return None
-    promise, tests, named = (cell.strip() for cell in line.strip().strip("|").strip().rsplit(" | ", 2))
-    return promise, tests, named
+class Guarantee(NamedTuple):
+    promise: str
+    unmutated: str | None
+    tests: frozenset[Ref]
 
 
-def section_bounds(page: str) -> tuple[int, int] | None:
-    """Where the table's section runs in a page of the manual; None on the pages without it."""
-    return manual.section_bounds(page, SECTION)
-
-
-def cells(root: Path) -> list[tuple[str, str, str]]:
-    """Each row of the guarantees table of the manual at ``root``, as written: (promise, tests cell, mutants cell)."""
-    _, section = manual.section(root, SECTION)
-    return [row for line in section.splitlines() if (row := split_row(line)) is not None]
-
-
-def guarantee_rows(root: Path) -> list[tuple[str, set[Ref], list[str]]]:
-    """Each row of the guarantees table of the manual at ``root``: (the promise, the tests it names, the mutants
-    it names)."""
-    rows, previous = [], set()
-    for promise, tests, named in cells(root):
-        previous = refs_in_cell(tests, previous)
-        rows.append((promise, previous, re.findall(r"`([\w-]+)`", named)))
-    return rows
-
-
-def refs_in_cell(cell: str, previous: set[Ref]) -> set[Ref]:
-    """The tests a row's test cell names: ``test_x.py``, ``test_x.py::name[param]``, ``...::name`` (the file named
-    before it in the cell), and "same test" (the row above's)."""
-    found = set(previous) if cell.startswith("same test") else set()
-    file = None
-    for token in re.findall(r"`([^`]+)`", cell):
-        if match := re.fullmatch(r"(test_\w+\.py)(?:::(\w+))?(?:\[.*\])?", token):
-            file = match.group(1)
-            found.add((file, match.group(2)))
-        elif (match := re.fullmatch(r"\.\.\.::(\w+)(?:\[.*\])?", token)) and file:
-            found.add((file, match.group(1)))
+def _marks(node: ast.expr) -> list[tuple[str, str | None]]:
+    """The guarantee markers in a decorator or a ``pytestmark`` value: (promise, unmutated)."""
+    found = []
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "guarantee":
+            why = next((ast.literal_eval(k.value) for k in call.keywords if k.arg == "unmutated"), None)
+            found.append((ast.literal_eval(call.args[0]), why))
     return found
 
 
-def unguarded(root: Path) -> list[str]:
-    """The promises whose mutants cell says "none yet": a mutant is owed (the exempt ones say why none can be)."""
-    return [promise for promise, _, named in cells(root) if named == NONE_YET]
+def test_functions(path: Path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+def guarantees(root: Path = ROOT) -> list[Guarantee]:
+    """Every promise the tests under ``root/tests`` mark, in file order, with the tests marked for it."""
+    tests: dict[tuple[str, str | None], set[Ref]] = {}
+    for path in sorted((root / "tests").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+                marked = [(mark, None) for mark in _marks(node.value)]
+            elif isinstance(node, ast.FunctionDef):
+                marked = [(mark, node.name) for d in node.decorator_list for mark in _marks(d)]
+            else:
+                continue
+            for mark, function in marked:
+                tests.setdefault(mark, set()).add((path.name, function))
+    return [Guarantee(promise, why, frozenset(refs)) for (promise, why), refs in tests.items()]
 
 
 def refs_of_tests(tests: tuple[str, ...]) -> set[Ref]:
@@ -73,11 +63,27 @@ def refs_of_tests(tests: tuple[str, ...]) -> set[Ref]:
     return refs
 
 
-def guards(mutant_tests: tuple[str, ...], row_tests: set[Ref]) -> bool:
-    """A mutant whose tests are ``mutant_tests`` runs a test the row names (the same function, or one of the file
-    the row names whole)."""
+def guards(mutant_tests: tuple[str, ...], promise_tests: frozenset[Ref]) -> bool:
+    """A mutant whose tests are ``mutant_tests`` runs a test marked for the promise (the same function, or one of a
+    file marked whole, or any marked test of a file the mutant runs whole)."""
     return any(
         file == theirs and (function is None or other is None or function == other)
-        for file, function in row_tests
+        for file, function in promise_tests
         for theirs, other in refs_of_tests(mutant_tests)
     )
+
+
+def table(root: Path = ROOT) -> str:
+    sys.path.insert(0, str(root / "scripts"))
+    import mutants
+
+    lines = ["| guarantee | tests | mutants (`make mutants`) |", "|---|---|---|"]
+    for g in guarantees(root):
+        tests = ", ".join(f"`{file}::{function}`" if function else f"`{file}`" for file, function in sorted(g.tests))
+        named = [f"`{m.name}`" for m in mutants.MUTANTS if guards(m.tests, g.tests)]
+        lines.append(f"| {g.promise} | {tests} | {', '.join(named) or f'none: {g.unmutated}'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())

@@ -22,9 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
-import guarantees
 import manual
 import shipped_examples
 
@@ -140,62 +138,20 @@ def _without_modules(init: Path, name: str, modules: list[str]) -> None:
 def _manual_without(dest: Path, removed: list[str], gone: list[str]) -> None:
     """The manual (README.md and docs/*.md) without the removed examples: on every page their marked text; outside
     it, every table row and command line that names one of their files (``gone``: paths in the new repository; a
-    Python file also by its name alone, as the README's Layout lists it);
-    and, in the guarantees table, their tests: a row keeps the tests still here (none left: the row goes), and its
-    mutants column is recomputed from this repository's mutants (scripts/mutants.py keeps those whose file and
-    tests are here)."""
+    Python file also by its name alone, as the README's Layout lists it). Their guarantees go with their tests."""
     names = {n for f in gone for n in (f, Path(f).name if f.endswith(".py") else f)}
     names |= {f.removesuffix(".py").replace("/", ".") for f in gone if f.endswith(".py") and not f.startswith("tests/")}
-    spec = importlib.util.spec_from_file_location("_new_mutants", dest / "scripts" / "mutants.py")
-    assert spec is not None and spec.loader is not None
-    mutants = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mutants)
     for page in manual.pages(dest):
         text = page.read_text()
         for example in removed:
             text = re.sub(rf"<!-- example: {example} -->.*?<!-- /example: {example} -->\n?", "", text, flags=re.S)
-        start, end = guarantees.section_bounds(text) or (len(text), len(text))  # the pages without the table
-        kept_lines, fenced, offset = [], False, 0
+        kept_lines, fenced = [], False
         for line in text.splitlines(keepends=True):
             fenced ^= line.startswith("```")
             table_or_code = line.startswith("|") or (fenced and not line.startswith("```"))
-            names_one = any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)
-            if not (table_or_code and names_one and not start <= offset < end):  # the guarantees table: below
+            if not (table_or_code and any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)):
                 kept_lines.append(line)
-            offset += len(line)
-        text = "".join(kept_lines)
-        if (bounds := guarantees.section_bounds(text)) is not None:
-            text = _guarantees_without(text, *bounds, dest, mutants)
-        page.write_text(text)
-
-
-def _guarantees_without(text: str, start: int, end: int, dest: Path, mutants: ModuleType) -> str:
-    """The page ``text`` with its guarantees table (``text[start:end]``) keeping only the tests ``dest`` has."""
-    lines, previous = [], set()
-    for line in text[start:end].splitlines(keepends=True):
-        if (cells := guarantees.split_row(line)) is None:
-            lines.append(line)
-            continue
-        promise, tests, before = cells
-        kept = [t for t in re.findall(r"`[^`]+`", tests) if _test_here(t, dest, tests)]
-        cell = ", ".join(kept) if not tests.startswith("same test") else tests
-        previous = guarantees.refs_in_cell(cell, previous)
-        if not previous:
-            continue
-        named = [f"`{m.name}`" for m in mutants.MUTANTS if guarantees.guards(m.tests, previous)]
-        empty = before if before in guarantees.EXEMPT else guarantees.NONE_YET
-        lines.append(f"| {promise} | {cell} | {', '.join(named) or empty} |\n")
-    return text[:start] + "".join(lines) + text[end:]
-
-
-def _test_here(token: str, dest: Path, cell: str) -> bool:
-    """A token of a tests cell names a test file this repository has (``...::name``: the file before it)."""
-    if token.startswith("`...::"):
-        before = cell[: cell.index(token)]
-        files = re.findall(r"`(test_\w+\.py)", before)
-        return bool(files) and (dest / "tests" / files[-1]).is_file()
-    found = re.match(r"`(test_\w+\.py)", token)
-    return found is None or (dest / "tests" / found.group(1)).is_file()
+        page.write_text("".join(kept_lines))
 
 
 def new_project(name: str, dest: Path, keep: list[str] | None = None) -> Path:

@@ -7,8 +7,8 @@ every repository keeps: the digits, the Classifier and project/nets.py (the offl
 train``, the notebooks, the bench and scripts/gpu_check.sh start from).
 
 The manual (README.md and docs/*.md: scripts/manual.py) marks the text of an example between
-``<!-- example: NAME -->`` and ``<!-- /example: NAME -->``, on whichever page it stands; a guarantees row goes with
-the tests it names. Only the standard library: scripts/new_project.py reads it before any install.
+``<!-- example: NAME -->`` and ``<!-- /example: NAME -->``, on whichever page it stands.
+Only the standard library: scripts/new_project.py reads it before any install.
 """
 
 import re

@@ -6,6 +6,13 @@ import bench  # benchmarks/ (conftest puts it on the path)
 import pytest
 from conftest import DIGITS
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the hand-written reference loop and the template do the same work (the same val acc; the same val RMSE on "
+        "a regression; the language model's trajectory)"
+    ),
+]
+
 
 @pytest.mark.slow
 def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:

@@ -15,6 +15,10 @@ SHORT = ("--trainer.max_epochs=3", "--trainer.enable_progress_bar=false")
 CLASSIFICATION = str(ROOT / "configs" / "tasks" / "classification.yaml")  # the shipped task, on the digits
 
 
+@pytest.mark.guarantee(
+    "`model.monitor` names the metric that judges a run (best checkpoint, early stopping, the sweep's objective, "
+    "with the metric's own direction); the Classifier's metrics equal scikit-learn's definitions"
+)
 def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_the_run() -> None:
     """Each metric the Classifier offers equals scikit-learn's definition on the same scores (to float32 rounding:
     1e-6); ``model.monitor`` names the one that judges the run, with its own direction."""
@@ -48,6 +52,11 @@ def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_t
         Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/f1")
 
 
+@pytest.mark.guarantee(
+    "`class_weights: balanced` weighs each sample's loss by scikit-learn's balanced weights from the training "
+    "split's class counts, kept in the checkpoint; a class absent from the training split is refused",
+    unmutated="an example's own code",
+)
 def test_balanced_class_weights_are_scikit_learns_from_the_training_split() -> None:
     from types import SimpleNamespace
 
@@ -75,6 +84,10 @@ def test_balanced_class_weights_are_scikit_learns_from_the_training_split() -> N
         task.setup("fit")
 
 
+@pytest.mark.guarantee(
+    "`model.monitor` names the metric that judges a run (best checkpoint, early stopping, the sweep's objective, "
+    "with the metric's own direction); the Classifier's metrics equal scikit-learn's definitions"
+)
 @pytest.mark.slow
 def test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps_metric(tmp_path: Path) -> None:
     from project.engine.sweep import spec as sweep_spec

@@ -36,6 +36,11 @@ def test_every_shipped_config_composes_over_the_default(config: Path, capsys: py
     assert yaml.safe_load(capsys.readouterr().out)["model"]["class_path"]  # printed: it parsed
 
 
+@pytest.mark.guarantee(
+    "Lightning's everyday flags (`fast_dev_run`, `overfit_batches`, no validation, no checkpointing, no logger, "
+    "CSVLogger, `val_check_interval`, `max_time`, ...) run to their test scores inside one run directory under "
+    "`logs/`, or are refused in one sentence"
+)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", DEBUG_OVERLAYS)
 def test_debug_overlay_runs_to_its_test_scores(
@@ -96,6 +101,9 @@ def test_precision_overlay_runs_a_debug_fit(overlay: str, tmp_path: Path) -> Non
     assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
 
 
+@pytest.mark.guarantee(
+    "every checkpoint loads with `weights_only=True`; hparams are plain data; the net is rebuilt from them"
+)
 @pytest.mark.slow
 def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path: Path) -> None:
     cli = fit(tmp_path, "--model.net=toy.MLP", "--model.net.init_args.hidden=32", configs=(DIGITS, DEBUG))
@@ -107,6 +115,7 @@ def test_the_net_is_swapped_by_config_and_gets_its_shapes_from_the_data(tmp_path
     assert net["init_args"] == {"input_shape": (1, 8, 8), "num_outputs": 10, "hidden": 32, "dropout": 0.1}
 
 
+@pytest.mark.guarantee("a compiled net's checkpoint loads into an uncompiled one")
 @pytest.mark.slow
 def test_a_compiled_net_trains_and_its_checkpoint_loads_into_a_plain_one(tmp_path: Path) -> None:
     from toy import Classifier
@@ -158,6 +167,12 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.guarantee(
+    "a continuous target given to the classification path, or a task whose targets the data does not serve, is "
+    "refused in one sentence naming the regression config"
+)
+@pytest.mark.guarantee("a run without `max_epochs`/`max_steps` is refused")
+@pytest.mark.guarantee("bad config values exit 2 naming the key, leaving no run directory")
 @pytest.mark.parametrize(("args", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
 def test_bad_input_exits_non_zero_naming_the_key(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -179,6 +194,7 @@ def test_unknown_key_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.Ca
     assert "lrr" in capsys.readouterr().err
 
 
+@pytest.mark.guarantee("bad config values exit 2 naming the key, leaving no run directory")
 @pytest.mark.slow
 def test_warmup_longer_than_the_run_is_refused_and_leaves_no_run_behind(tmp_path: Path) -> None:
     # Only known once the run length is (a debug run has 5 optimizer steps); found by the real entry point.
@@ -191,6 +207,10 @@ def test_warmup_longer_than_the_run_is_refused_and_leaves_no_run_behind(tmp_path
     assert not any((tmp_path / "debug").iterdir())
 
 
+@pytest.mark.guarantee(
+    "a `configs/default.yaml` reading data the checkout lacks (a user's table; `data/` is git-ignored) is named in "
+    "one sentence, and the contract suite's default subject and the data notebook skip on it"
+)
 def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_sentence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,6 +227,10 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
     assert conftest.default_data_missing(root=tmp_path) is None
 
 
+@pytest.mark.guarantee(
+    "what runs is what the config lists: no callback or plugin is added behind it; leaving out "
+    "`AtomicCheckpointIO`, `LastCheckpoint` or `Provenance` loses its guarantee, one line each says so"
+)
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from project.engine.checkpoints import AtomicCheckpointIO
     from project.engine.last_checkpoint import LastCheckpoint

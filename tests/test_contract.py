@@ -49,7 +49,38 @@ from project.engine.last_checkpoint import Interrupted
 from project.engine.runs import load_run
 from project.engine.task import IGNORE_INDEX, Task
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.guarantee("the manual's custom task is the shipped file, and trained by the contract suite"),
+    pytest.mark.guarantee(
+        "every checkpoint loads with `weights_only=True`; hparams are plain data; the net is rebuilt from them"
+    ),
+    pytest.mark.guarantee(
+        "**the contract suite**, on what `configs/default.yaml` selects and on a generated fixture per shipped "
+        "task (image classification, regression, the multi-label custom task, segmentation, the language model): "
+        "the task and the DataModule declare their contracts (targets, names, judged metric) and the normalisation "
+        "is the training split's; fit learns one batch by heart; a run interrupted mid-epoch resumes bit for bit; "
+        "accumulation = big batch and 2 DDP processes = 1 (float64, per-step gradients / final weights); predict "
+        "writes the task's columns for the very outputs the test scores come from; the export matches the "
+        "checkpoint from raw inputs; the inspect notebook runs on a classifier, a regressor and a segmenter"
+    ),
+    pytest.mark.guarantee(
+        "segmentation: `val/miou` and pixel `acc` equal a hand computation over the whole split (a class absent "
+        "from truth and prediction left out, `ignore_index` pixels ignored), the loss each image's mean "
+        "cross-entropy over its labelled pixels; masks resized by nearest neighbour and flipped with their images; "
+        "each bad pair (no mask, no image, size mismatch, value beyond the classes, RGB mask, unreadable file) "
+        "refused in one sentence naming the file, exit 2, no run directory; the UNet's outputs per pixel for any "
+        "size divisible by 2**depth, independent of the batch; `predict` writes one mask per input at its size, "
+        "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`"
+    ),
+    pytest.mark.guarantee(
+        'the language model (the contract suite\'s "language_model" subject): int64 token ids of a declared '
+        "vocabulary, never normalised; learns one batch by heart; resumes bit for bit; accumulation = big batch; "
+        "greedy generation = the argmax of the teacher-forced forward, with the sampling settings given at predict "
+        "time; the export takes int64 prompts of any length up to the block (parity at 1, 7 and the block) and "
+        "says so in `model.json`"
+    ),
+]
 # The user's default, then each shipped example this repository still has (deleting one removes its subject).
 EXAMPLE_SUBJECTS = ("images", "regression", "multilabel", "segmentation", "language_model", "text_classification")
 SUBJECTS = ("default", *(example for example in EXAMPLE_SUBJECTS if present(example)))
@@ -232,6 +263,12 @@ def _offending_ops(offends: Any, step: Any) -> set[str]:
     return ops.offending
 
 
+@pytest.mark.guarantee(
+    "a training step of each contract subject (and of `configs/default.yaml`) dispatches no op without a "
+    "deterministic CUDA kernel, so `trainer.deterministic: true` cannot crash a GPU run at its first step (seen "
+    "failing with bilinear upsampling in the UNet and with a mean-reduced per-pixel loss)",
+    unmutated="an example's own code",
+)
 def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject: tuple[str, ...]) -> None:
     """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on
     a CPU and a GPU): none may lack a deterministic CUDA kernel, which would make a GPU run crash at its first step
@@ -468,6 +505,10 @@ def _data_moved_away(cli: CLI, tmp_path: Path) -> Iterator[None]:
             away.rename(place)
 
 
+@pytest.mark.guarantee(
+    "a run directory copied where its training data is not predicts on files the same bytes and exports with the "
+    "same parity (every shipped DataModule)"
+)
 def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tuple[Path, CLI], tmp_path: Path) -> None:
     """The run directory is all a model needs: copied elsewhere while its training data is gone (as on another
     machine), predict on files writes the same bytes and export checks the same parity, from what the checkpoint
@@ -575,6 +616,10 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
 # On the default subject, the regression and the segmentation fixtures (~15 s a kernel): the notebook's three
 # branches, a class per input, values, and a class per pixel; its data-specific parts, show() and the target names,
 # are checked on every subject above.
+@pytest.mark.guarantee(
+    "both notebooks run top to bottom on a real kernel on what `configs/default.yaml` selects (02 also training a "
+    "tiny run when there is none, and on a regression and a segmentation run); committed without outputs"
+)
 @pytest.mark.parametrize("subject", _among("default", "regression", "segmentation"), indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from test_notebooks import _execute, _images, _text
@@ -587,6 +632,10 @@ def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None
     assert _images(notebook) >= 3
 
 
+@pytest.mark.guarantee(
+    "the inspect notebook on a copied run without its data scores the 32 test inputs the checkpoint keeps (the "
+    "task's judged metric, equal to the one computed with the data) and says so"
+)
 @pytest.mark.parametrize("subject", _among("regression"), indirect=True)
 def test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps(
     trained: tuple[Path, CLI], tmp_path: Path

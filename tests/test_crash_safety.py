@@ -52,6 +52,10 @@ def _freeze_inside_a_write(proc: subprocess.Popen, run: Path, deadline: float) -
         os.killpg(proc.pid, signal.SIGCONT)  # the write finished first: wait for the next one
 
 
+@pytest.mark.guarantee(
+    "4 SIGKILLs, half aimed inside a checkpoint write: `last.ckpt` always loads, the resumed run equals the "
+    "uninterrupted one, no temp file left"
+)
 @pytest.mark.slow
 def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(tmp_path: Path) -> None:
     overlay = _overlay(tmp_path, every_n_train_steps=1, crash=None, workers=0)
@@ -113,6 +117,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     assert [d.name for d in run.parent.iterdir()] == ["version_0"]
 
 
+@pytest.mark.guarantee("Ctrl-C/SIGTERM save `last.ckpt`, exit 130/143 with the resume command")
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int, tmp_path: Path) -> None:
@@ -136,6 +141,10 @@ def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int
     assert f"Resume with: make resume RUN={run}" in err and "Traceback" not in err
 
 
+@pytest.mark.guarantee(
+    "4 SIGKILLs, half aimed inside a checkpoint write: `last.ckpt` always loads, the resumed run equals the "
+    "uninterrupted one, no temp file left"
+)
 def test_atomic_save_replaces_in_the_same_directory_and_never_truncates(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)
@@ -182,6 +191,7 @@ class Payload:
         return (Path.write_text, (self.marker, "pwned"))
 
 
+@pytest.mark.guarantee("a checkpoint carrying code is refused, the code never runs")
 @pytest.mark.slow
 @pytest.mark.parametrize("subcommand", ["fit", "test"])
 def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs(
@@ -200,6 +210,10 @@ def test_a_checkpoint_carrying_code_is_refused_and_the_code_never_runs(
     assert not marker.exists()
 
 
+@pytest.mark.guarantee(
+    "missing/truncated/non-torch checkpoints, another architecture, a changed hyperparameter on resume, no run to "
+    "resume: one sentence, exit 2"
+)
 @pytest.mark.slow
 def test_bad_checkpoint_inputs_each_get_one_clear_sentence(
     trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -361,6 +375,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
+@pytest.mark.guarantee(
+    "a disk that fills up during a run (a real tmpfs): one sentence, exit 1, `last.ckpt`/`best.ckpt` whole and no "
+    "temp file, then `make resume` ends bitwise equal to the uninterrupted run; blocking and background writers"
+)
 @pytest.mark.slow
 @pytest.mark.parametrize("writer", ["atomic", "background"])
 def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_resumes_exactly(
@@ -395,6 +413,11 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
         assert torch.equal(got["state_dict"][name], value), name
 
 
+@pytest.mark.guarantee(
+    "a DataLoader worker SIGKILLed mid-run (for real): the run stops at the next step boundary with `last.ckpt` "
+    "saved and one sentence naming the worker's pid, exit 1, provenance says so, then `make resume` ends bitwise "
+    "equal to the uninterrupted run; the loader's own report of a dead worker gets the sentence too"
+)
 @pytest.mark.slow
 def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoint_and_it_resumes_exactly(
     tmp_path: Path, one_thread: None
@@ -448,6 +471,11 @@ def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoi
         assert torch.equal(final[0][name], value), name
 
 
+@pytest.mark.guarantee(
+    "a DataLoader worker SIGKILLed mid-run (for real): the run stops at the next step boundary with `last.ckpt` "
+    "saved and one sentence naming the worker's pid, exit 1, provenance says so, then `make resume` ends bitwise "
+    "equal to the uninterrupted run; the loader's own report of a dead worker gets the sentence too"
+)
 def test_a_dead_loader_worker_is_named_in_one_sentence_however_torch_reports_it() -> None:
     # The loader's own report, when the next batch was the dead worker's to load (between two steps).
     from project.engine.cli import _worker_fault

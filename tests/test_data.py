@@ -16,6 +16,10 @@ def _datamodule(**kwargs: object) -> Digits:
     return dm
 
 
+@pytest.mark.guarantee(
+    "the split is disjoint, complete and fixed by its own seed; the training order depends only on the run's seed "
+    "and the epoch; every loader setting comes from the DataModule"
+)
 def test_split_is_disjoint_complete_and_fixed_by_its_own_seed() -> None:
     dm = _datamodule()
     sets = [dm.split_tensors(split) for split in ("train", "val", "test")]
@@ -41,6 +45,10 @@ def _epoch_order(seed: str, epoch: int) -> list[int]:
     return list(iter(loader.sampler))
 
 
+@pytest.mark.guarantee(
+    "the split is disjoint, complete and fixed by its own seed; the training order depends only on the run's seed "
+    "and the epoch; every loader setting comes from the DataModule"
+)
 def test_train_order_depends_only_on_run_seed_and_epoch() -> None:
     assert _epoch_order("1", 0) == _epoch_order("1", 0)
     assert sorted(_epoch_order("1", 0)) == list(range(1257))
@@ -48,6 +56,7 @@ def test_train_order_depends_only_on_run_seed_and_epoch() -> None:
     assert _epoch_order("1", 0) != _epoch_order("2", 0)
 
 
+@pytest.mark.guarantee("DDP val/test metrics are exact on odd-sized splits (no padded duplicates)")
 @pytest.mark.parametrize(("n", "world"), [(5, 2), (270, 2), (7, 3), (4, 4)])
 def test_unpadded_eval_sampler_sees_every_sample_exactly_once(n: int, world: int) -> None:
     dataset = list(range(n))
@@ -56,6 +65,10 @@ def test_unpadded_eval_sampler_sees_every_sample_exactly_once(n: int, world: int
     assert [len(UnpaddedDistributedSampler(dataset, world, r)) for r in range(world)] == [len(s) for s in shards]  # type: ignore[arg-type]
 
 
+@pytest.mark.guarantee(
+    "the split is disjoint, complete and fixed by its own seed; the training order depends only on the run's seed "
+    "and the epoch; every loader setting comes from the DataModule"
+)
 def test_loader_settings_come_from_the_datamodule() -> None:
     dm = _datamodule(batch_size=32, num_workers=2, prefetch_factor=3, drop_last=True, persistent_workers=True)
     loader = dm.train_dataloader()

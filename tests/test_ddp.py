@@ -94,6 +94,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     }
 
 
+@pytest.mark.guarantee("DDP ranks train on disjoint shards of the (seed, epoch) permutation, reshuffled each epoch")
 @pytest.mark.slow
 def test_each_rank_trains_on_its_exact_shard_of_the_seeded_permutation(runs: dict) -> None:
     r0, r1 = runs["ranks"]
@@ -113,6 +114,7 @@ def test_each_rank_trains_on_its_exact_shard_of_the_seeded_permutation(runs: dic
     assert r0["batches"][0] != r0["batches"][STEPS_PER_EPOCH]  # set_epoch reshuffles each epoch
 
 
+@pytest.mark.guarantee("1 process and 2 processes see the same global batches in the same order")
 @pytest.mark.slow
 def test_one_process_sees_the_same_global_batches_in_the_same_order(runs: dict) -> None:
     (r0, r1), single = runs["ranks"], runs["single"]
@@ -123,6 +125,7 @@ def test_one_process_sees_the_same_global_batches_in_the_same_order(runs: dict) 
     assert single["batches"][1] == epoch0[GLOBAL_BATCH : 2 * GLOBAL_BATCH]
 
 
+@pytest.mark.guarantee("... and on 2 DDP processes")
 @pytest.mark.slow
 def test_lr_schedule_on_two_processes_is_the_closed_form(runs: dict) -> None:
     total = 2 * STEPS_PER_EPOCH
@@ -133,6 +136,7 @@ def test_lr_schedule_on_two_processes_is_the_closed_form(runs: dict) -> None:
         assert [groups[0] for groups in record["lrs"]] == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.guarantee("DDP 2 x B ends with the same weights as 1 x 2B (float64, to 1e-10)")
 @pytest.mark.slow
 def test_ddp_weights_equal_one_process_on_the_combined_batch(runs: dict) -> None:
     (r0, r1), single = runs["ranks"], runs["single"]
@@ -141,6 +145,7 @@ def test_ddp_weights_equal_one_process_on_the_combined_batch(runs: dict) -> None
         torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
+@pytest.mark.guarantee("DDP val/test metrics are exact on odd-sized splits (no padded duplicates)")
 @pytest.mark.slow
 def test_ddp_evaluation_is_exact_on_odd_sized_splits(runs: dict) -> None:
     dm, run = runs["datamodule"], runs["ddp_dir"] / "digits" / "version_0"
@@ -155,6 +160,11 @@ def test_ddp_evaluation_is_exact_on_odd_sized_splits(runs: dict) -> None:
     assert logged["test/loss"][-1][1] == pytest.approx(test_loss, rel=1e-5)
 
 
+@pytest.mark.guarantee(
+    "EarlyStopping really decides under DDP (it stops the run after epoch 1 on both ranks, with the same wait "
+    "count and best score) and ModelCheckpoint agrees on all ranks; only rank 0 writes: one run directory, the "
+    "checkpoints and one provenance record, by rank 0's process"
+)
 @pytest.mark.slow
 def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: dict) -> None:
     r0, r1 = runs["ranks"]
@@ -173,6 +183,7 @@ def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: d
     assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["devices"] == 2
 
 
+@pytest.mark.guarantee("a DDP run resumed mid-epoch ends bitwise equal to the uninterrupted one")
 @pytest.mark.slow
 def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) -> None:
     from test_resume import RUN, _overlay
@@ -270,6 +281,12 @@ def _assert_matches_single_process(records: Path, runs: dict) -> None:
         torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
+@pytest.mark.guarantee(
+    "... and so do a 2-node run launched by `scripts/torchrun.sh` (the manual's command) and a 2-task "
+    "`scripts/slurm.sbatch` job SIGTERMed mid-run, requeued and finished in its run directory (every rank stopped "
+    "at the same step); FSDP2 on 2 processes (float32 only) computes, from its gathered weights, the gradient one "
+    "process computes in float64 on the same global batch"
+)
 @pytest.mark.slow
 def test_two_node_torchrun_on_loopback_matches_one_process(runs: dict, tmp_path: Path) -> None:
     # The manual's command (Scaling out): scripts/torchrun.sh on every "node", the same line, the run's configs after
@@ -301,6 +318,12 @@ exit $status
 """
 
 
+@pytest.mark.guarantee(
+    "... and so do a 2-node run launched by `scripts/torchrun.sh` (the manual's command) and a 2-task "
+    "`scripts/slurm.sbatch` job SIGTERMed mid-run, requeued and finished in its run directory (every rank stopped "
+    "at the same step); FSDP2 on 2 processes (float32 only) computes, from its gathered weights, the gradient one "
+    "process computes in float64 on the same global batch"
+)
 @pytest.mark.slow
 def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_requeue_finishes(
     runs: dict, tmp_path: Path
@@ -374,6 +397,12 @@ def test_the_slurm_script_trains_one_ddp_run_that_a_sigterm_requeues_and_the_req
         torch.testing.assert_close(r0["final_state"][name], value, rtol=0, atol=ATOL, msg=name)
 
 
+@pytest.mark.guarantee(
+    "... and so do a 2-node run launched by `scripts/torchrun.sh` (the manual's command) and a 2-task "
+    "`scripts/slurm.sbatch` job SIGTERMed mid-run, requeued and finished in its run directory (every rank stopped "
+    "at the same step); FSDP2 on 2 processes (float32 only) computes, from its gathered weights, the gradient one "
+    "process computes in float64 on the same global batch"
+)
 @pytest.mark.slow
 def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: dict, tmp_path: Path) -> None:
     # FSDP2 (fully_shard) through ModelParallelStrategy, which runs on CPUs with gloo (strategy: fsdp does not)

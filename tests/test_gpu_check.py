@@ -11,6 +11,11 @@ import pytest
 from conftest import DIGITS, PYTHONPATH, ROOT, scratch_dir, wait_or_kill
 
 
+@pytest.mark.guarantee(
+    "`scripts/gpu_check.sh` runs every command on the CPU (`--cpu`), its GPU report included (every figure read "
+    "back from the check's runs and the bench, a row per fit and per workload, the JSON file); its GPU-only branch "
+    "names only workloads the bench has"
+)
 @pytest.mark.slow
 def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON_BIN": sys.executable, "GPU_CHECK_OUT": str(tmp_path / "results"),
@@ -43,6 +48,11 @@ def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> N
     assert "paste the tables above into an issue, with the command: scripts/gpu_check.sh --cpu" in out
 
 
+@pytest.mark.guarantee(
+    "`scripts/gpu_check.sh` runs every command on the CPU (`--cpu`), its GPU report included (every figure read "
+    "back from the check's runs and the bench, a row per fit and per workload, the JSON file); its GPU-only branch "
+    "names only workloads the bench has"
+)
 def test_the_gpu_only_branch_names_only_what_exists() -> None:
     # What the CPU mode cannot run (the long workload takes minutes on a CPU): its names are checked here.
     import re

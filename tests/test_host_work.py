@@ -41,6 +41,10 @@ def _reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> tup
     return reads, cli
 
 
+@pytest.mark.guarantee(
+    "the host does per step only what the step needs: the progress bar reads the logged metrics only when it "
+    "redraws; a run on the CPU asks NVML nothing per step"
+)
 def test_the_progress_bar_reads_its_metrics_only_as_often_as_it_redraws(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -57,6 +61,10 @@ def test_the_progress_bar_reads_its_metrics_only_as_often_as_it_redraws(
     assert len(reads) >= 24, len(reads)
 
 
+@pytest.mark.guarantee(
+    "the host does per step only what the step needs: the progress bar reads the logged metrics only when it "
+    "redraws; a run on the CPU asks NVML nothing per step"
+)
 def test_a_run_on_the_cpu_asks_nvml_nothing_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the CUDA build of torch and no GPU in use, Lightning's PYTORCH_NVML_BASED_CUDA_CHECK=1 made every AdamW
     step (torch.optim's graph-capture check) probe NVML anew: a dlopen of libnvidia-ml per step. Simulated here on
@@ -77,6 +85,9 @@ def test_a_run_on_the_cpu_asks_nvml_nothing_per_step(tmp_path: Path, monkeypatch
     assert counts[1] == counts[0], f"NVML probed {counts[0]} times in 12 steps, {counts[1]} in 24"
 
 
+@pytest.mark.guarantee(
+    "a step-based run's progress bar gives the run's length in steps (Lightning's reads \"Epoch 0/-2\")"
+)
 def test_a_step_based_runs_bar_gives_its_length_in_steps() -> None:
     bar = ThrottledProgressBar()
     bar._trainer = SimpleNamespace(max_epochs=-1, max_steps=1500)  # max_epochs null, as Lightning keeps it

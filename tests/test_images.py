@@ -13,6 +13,14 @@ from project.data import ImageFolderDataModule
 from project.engine.cli import main
 from project.engine.errors import ConfigError
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the image folder and CSV DataModules keep class names, decode like predict, decode the same in worker "
+        "processes, and refuse a bad folder, corrupt image, bad column or row naming it; `ResNet` takes any image "
+        "size; a 29-line DataModule of your own trains and predicts"
+    ),
+]
+
 
 def test_image_folder_reads_classes_from_subfolders_and_decodes_like_predict(image_folder: Path) -> None:
     dm = ImageFolderDataModule(root=str(image_folder), image_size=(6, 10))

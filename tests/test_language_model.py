@@ -9,6 +9,10 @@ import pytest
 from conftest import DIGITS
 
 
+@pytest.mark.guarantee(
+    "the hand-written reference loop and the template do the same work (the same val acc; the same val RMSE on a "
+    "regression; the language model's trajectory)"
+)
 @pytest.mark.slow
 def test_the_hand_written_loop_replays_the_language_model_too(
     tmp_path: Path, text_corpus: Path, monkeypatch: pytest.MonkeyPatch
@@ -39,6 +43,17 @@ def _corpus_with_a_word_only_in_the_test_text(path: Path, text_corpus: Path) -> 
     return text
 
 
+@pytest.mark.guarantee(
+    "`data.tokenizer=bpe` is learned from the training range alone (a word only in the test text gets no token); "
+    "the splits, each encoded on its own, decode back to the corpus; the vocabulary alone decodes",
+    unmutated="an example's own code",
+)
+@pytest.mark.guarantee(
+    "`val/bpb` is the split's summed next-token loss in bits over the bytes of text its predicted tokens stand for "
+    "(a byte 1, a BPE token its bytes, `<|endoftext|>` none), for bytes and a BPE alike, so it compares runs of "
+    "different tokenizers; a split's tokens stand for exactly its text's bytes",
+    unmutated="an example's own code",
+)
 def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp_path: Path, text_corpus: Path) -> None:
     """A BPE learned on the whole corpus would merge the test text's one word, repeated 300 times, into a token
     (seen: "Ġzyzzyva" with 512 ids); learned on the training range it has no token of it. Each split is encoded on
@@ -67,6 +82,12 @@ def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp
     assert len(dm.encode("    return self.hparams")) < len("    return self.hparams") / 2  # merges were learned
 
 
+@pytest.mark.guarantee(
+    "`val/bpb` is the split's summed next-token loss in bits over the bytes of text its predicted tokens stand for "
+    "(a byte 1, a BPE token its bytes, `<|endoftext|>` none), for bytes and a BPE alike, so it compares runs of "
+    "different tokenizers; a split's tokens stand for exactly its text's bytes",
+    unmutated="an example's own code",
+)
 @pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
 def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
     tokenizer: str, tmp_path: Path, text_corpus: Path
@@ -106,6 +127,12 @@ def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
     assert logged < per_token * 0.99 if tokenizer == "bpe" else logged == pytest.approx(per_token, rel=1e-6)
 
 
+@pytest.mark.guarantee(
+    "a prompt file is read as `model.json` says (`input.prompt`: `<|endoftext|>` first, the last `block_size` ids "
+    "kept; `input.tokenizer_json`), so a program feeding the exported model builds the ids predict builds; a blank "
+    "prompt is refused, naming its line",
+    unmutated="an example's own code",
+)
 def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_path: Path, text_corpus: Path) -> None:
     """What model.json tells a user of the exported model (the prefix, the ids kept, the tokenizer) is what predict
     does with a prompt file: a byte's id is its value; a blank line is refused, naming it, not generated from."""
@@ -129,6 +156,11 @@ def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_pat
         dm.load_predict_inputs(prompts)
 
 
+@pytest.mark.guarantee(
+    "a BPE run's tokenizer travels with the run: in the checkpoint (its copied run directory predicts on prompts "
+    "without the corpus, as the run did) and as `tokenizer.json`, which Hugging Face `tokenizers` loads",
+    unmutated="an example's own code",
+)
 def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_path: Path, text_corpus: Path) -> None:
     """The BPE travels with the run: in the checkpoint (predict on prompts reads no corpus) and as the run's
     tokenizer.json, which Hugging Face tokenizers loads and encodes with as the run did."""
@@ -170,6 +202,10 @@ def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_pat
     assert saved.encode("def main(").ids == cli.datamodule.encode("def main(")
 
 
+@pytest.mark.guarantee(
+    "the sweep optimises the task's metric in its direction unless the file names another (the language model's "
+    "sweep: `val/loss`, min)"
+)
 def test_the_language_models_sweep_minimises_val_loss(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("optuna")
     from conftest import ROOT

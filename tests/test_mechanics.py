@@ -31,6 +31,12 @@ def recorder_of(cli: CLI) -> Recorder:
 SHORT = ("--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1", "--trainer.callbacks+=probes.Recorder")
 
 
+@pytest.mark.guarantee(
+    "the LR used at every optimizer step is the warmup+cosine closed form (warmup as fraction and count, with "
+    "accumulation, with `max_steps`), bitwise the default's; warmup+linear, constant after warmup and "
+    "warmup-stable-decay (linear, 1-sqrt, cosine) follow theirs, each group scaled, each re-planned on a resume of "
+    "another length"
+)
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "total", "warmup"),
@@ -103,6 +109,11 @@ RECIPES = {
 }  # fmt: skip
 
 
+@pytest.mark.guarantee(
+    "the optimizer and the schedule are the config's (`model.optimizer`: any `torch.optim` class with its own "
+    "arguments; `model.schedule`: a shipped one or the user's own class), over the weight-decay split, every step "
+    "at the schedule's closed form"
+)
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_optimizer_and_schedule_are_the_configs(recipe: str, tmp_path: Path) -> None:
     # By config lines alone: the optimizer of that class with its own arguments over the weight-decay split, and
@@ -121,6 +132,10 @@ def test_the_optimizer_and_schedule_are_the_configs(recipe: str, tmp_path: Path)
         assert groups == pytest.approx([closed_form(step, 2, 14)] * 2, rel=1e-12), f"step {step}"
 
 
+@pytest.mark.guarantee(
+    "each evaluation batch's outputs and targets reach the callbacks (`on_validation_batch_end`, "
+    "`on_test_batch_end`) from the step itself, no second forward pass"
+)
 def test_each_evaluation_batchs_outputs_and_targets_reach_the_callbacks(tmp_path: Path) -> None:
     # A callback that needs the predictions (a confusion matrix, the worst examples) gets them from the step itself.
     cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=3",
@@ -144,6 +159,10 @@ def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recor
     return recorder_of(cli)
 
 
+@pytest.mark.guarantee(
+    "accumulation of k batches of B = one batch of kB: the gradient of every step, the short last window included, "
+    "and the final weights, in float64 to 1e-10 (the runs differ only in summation order)"
+)
 @pytest.mark.slow
 def test_accumulation_equals_the_large_batch_including_the_partial_last_window(tmp_path: Path) -> None:
     # 1257 training samples: batch 3 gives 419 micro-batches = 104 windows of 4 + a last window of 3;
@@ -171,6 +190,7 @@ def test_accumulation_equals_the_large_batch_including_the_partial_last_window(t
         torch.testing.assert_close(small.grads[-1] * 0.75, large.grads[-1], rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.guarantee("`train/grad_norm` is the true pre-clip norm, logged on logging steps only")
 @pytest.mark.slow
 def test_grad_norm_is_logged_on_logging_steps_only_with_the_true_value(tmp_path: Path) -> None:
     cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.log_every_n_steps=3", *SHORT)
@@ -222,6 +242,10 @@ def _fp16_scaled_fit(clip: float | None, *extra: L.Callback) -> tuple[Recorder, 
     return recorder, post, trainer, true_norm
 
 
+@pytest.mark.guarantee(
+    "under loss scaling, clipping bounds the true gradient norm; without clipping gradients are untouched",
+    unmutated="Lightning's own",
+)
 @pytest.mark.slow
 def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
     clip = 0.05
@@ -239,6 +263,10 @@ def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
     assert post.norms == pytest.approx(recorder.grad_norms, rel=1e-6)  # without clipping: untouched
 
 
+@pytest.mark.guarantee(
+    "under loss scaling, a step with inf gradients is skipped and the scale backs off",
+    unmutated="Lightning's own",
+)
 @pytest.mark.slow
 def test_a_step_with_inf_gradients_is_skipped_under_loss_scaling() -> None:
     probe = InfGradAt(step=2)
@@ -250,6 +278,10 @@ def test_a_step_with_inf_gradients_is_skipped_under_loss_scaling() -> None:
     assert trainer.global_step == 5  # the skipped step still counts (Lightning #18828: so does the LR schedule)
 
 
+@pytest.mark.guarantee(
+    "`32-true`, `bf16-mixed`, `16-mixed`, `bf16-true` each learn (train loss halves in 30 steps)",
+    unmutated="Lightning's own",
+)
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true"])
 def test_each_precision_learns_on_cpu(precision: str, tmp_path: Path) -> None:
@@ -272,6 +304,9 @@ def test_each_precision_learns_on_cpu(precision: str, tmp_path: Path) -> None:
     assert last < 0.5 * first, f"{precision}: train/loss went from {first:.3f} to only {last:.3f}"
 
 
+@pytest.mark.guarantee(
+    "val/test run in eval mode without autograd; training returns to train mode; `zero_grad` sets grads to None"
+)
 @pytest.mark.slow
 def test_eval_runs_in_eval_mode_without_autograd_and_zero_grad_sets_none(tmp_path: Path) -> None:
     cli = fit(
@@ -309,6 +344,9 @@ def _callbacks_overlay(tmp_path: Path, stopper: dict, extra: list[dict] | None =
     return str(path)
 
 
+@pytest.mark.guarantee(
+    "EarlyStopping stops after `patience` epochs without improvement; ModelCheckpoint keeps the best `val/acc`"
+)
 @pytest.mark.slow
 def test_early_stopping_waits_patience_epochs_then_stops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # min_delta larger than any possible change of val/loss: after the first epoch nothing counts as improvement.
@@ -331,6 +369,9 @@ def test_early_stopping_waits_patience_epochs_then_stops(tmp_path: Path, capsys:
     assert best["epoch"] == val_acc.index(max(val_acc))
 
 
+@pytest.mark.guarantee(
+    "a non-finite `val/loss` stops the run with a message; the final test uses the last finite best checkpoint"
+)
 @pytest.mark.slow
 def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -351,6 +392,10 @@ def test_a_non_finite_monitored_value_stops_the_run_with_a_message(
     assert math.isfinite(float(cli.trainer.callback_metrics["test/loss"]))
 
 
+@pytest.mark.guarantee(
+    "the optimizer's weight decay reaches conv kernels and linear weights, never a bias or a norm's weight; every "
+    "parameter is in exactly one group"
+)
 def test_weight_decay_applies_to_weight_matrices_and_kernels_only(tmp_path: Path) -> None:
     # toy.BackboneNet has a convolution, a linear head, BatchNorm and biases: AdamW's decoupled decay must reach the
     # conv kernels and linear weights, and never a bias or a norm's weight (decaying those to 0 shrinks the

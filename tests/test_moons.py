@@ -10,6 +10,14 @@ from conftest import DEBUG, DIGITS, ROOT, fit, scalars
 
 from project.engine.cli import main
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the image folder and CSV DataModules keep class names, decode like predict, decode the same in worker "
+        "processes, and refuse a bad folder, corrupt image, bad column or row naming it; `ResNet` takes any image "
+        "size; a 29-line DataModule of your own trains and predicts"
+    ),
+]
+
 
 @pytest.mark.manual  # the template's manual shows the file: `make check-manual`, not `make test`
 def test_your_own_dataset_in_one_file_is_the_one_the_manual_shows() -> None:

@@ -10,6 +10,14 @@ from conftest import DIGITS
 from project.engine.cli import main
 from project.nets import ResNet
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the image folder and CSV DataModules keep class names, decode like predict, decode the same in worker "
+        "processes, and refuse a bad folder, corrupt image, bad column or row naming it; `ResNet` takes any image "
+        "size; a 29-line DataModule of your own trains and predicts"
+    ),
+]
+
 
 @pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32), (3, 64, 48), (3, 224, 224)])
 def test_resnet_takes_any_image_size_with_the_same_weights(shape: tuple[int, int, int]) -> None:

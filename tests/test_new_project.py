@@ -16,7 +16,18 @@ from shipped_examples import EXAMPLES, present, selected_by, with_needs
 
 # The template making a repository of yours (its examples and manual as they ship): `make check-manual` (the
 # template's CI) runs these; in your repository, whose README and examples are yours, `make test` leaves them out.
-pytestmark = [pytest.mark.slow, pytest.mark.manual]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.manual,
+    pytest.mark.guarantee(
+        "`make new-project` renames the package wherever code names it (the new repository's tests of its configs, "
+        "manual, guarantees and examples pass with the template's package unimportable; pyproject names only its "
+        "tables `project`), one commit, `template.toml` records the commit; `KEEP` copies only the examples kept "
+        "and what each builds on, without the others' files, imports, README text, guarantees and mutants; a "
+        "bad `NAME`, a `DEST` holding files, an unknown example or a `KEEP` without the example "
+        "`configs/default.yaml` selects is refused in one sentence, writing nothing"
+    ),
+]
 
 
 def _make(*args: str) -> subprocess.CompletedProcess[str]:

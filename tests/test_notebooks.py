@@ -11,6 +11,14 @@ from nbclient import NotebookClient
 
 from project.engine.cli import CLI
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "both notebooks run top to bottom on a real kernel on what `configs/default.yaml` selects (02 also "
+        "training a tiny run when there is none, and on a regression and a segmentation run); committed without "
+        "outputs"
+    ),
+]
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 

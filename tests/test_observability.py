@@ -26,6 +26,10 @@ SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
 
 
+@pytest.mark.guarantee(
+    "every curve above is written; throughput is consistent (samples/batches = batch size); `data_wait` is a "
+    "fraction and its warning fires exactly when a window after the first crosses the threshold"
+)
 @pytest.mark.slow
 def test_throughput_and_data_wait_are_consistent_and_quiet_when_data_is_fast(
     tmp_path: Path, recwarn: pytest.WarningsRecorder
@@ -52,6 +56,10 @@ def test_throughput_and_data_wait_are_consistent_and_quiet_when_data_is_fast(
     assert 50 < peak <= __import__("resource").getrusage(__import__("resource").RUSAGE_SELF).ru_maxrss / 1024
 
 
+@pytest.mark.guarantee(
+    "a slow dataset shows in `data_wait` (the measured wait covers every injected sleep; the curve lies above the "
+    "same run's without it) and warns once, from the first window over the threshold"
+)
 @pytest.mark.slow
 def test_a_slow_dataset_shows_in_data_wait_and_warns_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing here compares a wall-clock ratio with a fixed bar (the machine may be loaded): the injected sleep
@@ -94,6 +102,7 @@ def _hparams_plugin(run: Path) -> tuple[dict[str, object], set[str]]:
     return values, {m.name.tag for m in experiment.experiment.metric_infos}
 
 
+@pytest.mark.guarantee("HPARAMS holds the config and the final scores")
 @pytest.mark.slow
 def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) -> None:
     fit(tmp_path, "--model.optimizer.lr=0.002", configs=(DIGITS, DEBUG))
@@ -104,6 +113,10 @@ def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) 
     assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss"}
 
 
+@pytest.mark.guarantee(
+    "a real TensorBoard serves the curves, the Custom Scalars layout (every chart showing a curve of the run, "
+    "train and val loss on one) and the provenance text"
+)
 @pytest.mark.slow
 def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_provenance(tmp_path: Path) -> None:
     fit(tmp_path, *SHORT)
@@ -154,6 +167,9 @@ def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_
 PROFILE = str(ROOT / "configs" / "profile.yaml")
 
 
+@pytest.mark.guarantee(
+    "`make profile` writes a Chrome trace of real ops and the top-ops table (printed and in `profile.txt`)"
+)
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "window"),
@@ -186,6 +202,7 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(
     assert f"Profiled optimizer steps {window}" in report and "data wait" in report
 
 
+@pytest.mark.guarantee("bad config values exit 2 naming the key, leaving no run directory")
 def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +239,7 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
     assert writers and not open_at_removal
 
 
+@pytest.mark.guarantee("the console log stays readable without a terminal")
 @pytest.mark.slow
 def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> None:
     result = run_module("fit", "--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=3",
@@ -246,6 +264,7 @@ def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(
         assert f"step {step}: val/loss=" in log
 
 
+@pytest.mark.guarantee("no host-device sync in training steps", unmutated="CUDA only")
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (host syncs only exist with a device)")

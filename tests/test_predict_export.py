@@ -41,6 +41,7 @@ def _predict(run: Path, *args: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.guarantee("a malformed input file gets one sentence naming it and the expected shape")
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -63,6 +64,10 @@ def test_a_malformed_input_file_gets_a_clear_error(
     assert f"data.predict_path='{path}'" in err and message in err and "Traceback" not in err
 
 
+@pytest.mark.guarantee(
+    "ONNX and torch.export models match the checkpoint (1e-4 of the outputs' scale) on the 32 test inputs the "
+    "checkpoint keeps, at batch 1 and 32; a missing extra is named"
+)
 def test_export_round_trip_with_parity_and_a_dynamic_batch(run: Path, test_images: tuple) -> None:
     import onnxruntime
     from toy import Classifier
@@ -89,6 +94,10 @@ def test_export_round_trip_with_parity_and_a_dynamic_batch(run: Path, test_image
         export(checkpoint, tolerance=-1.0)
 
 
+@pytest.mark.guarantee(
+    "ONNX and torch.export models match the checkpoint (1e-4 of the outputs' scale) on the 32 test inputs the "
+    "checkpoint keeps, at batch 1 and 32; a missing extra is named"
+)
 def test_export_without_the_extra_says_which_to_install(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[export\]'"):

@@ -32,6 +32,11 @@ def earlier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _run(save_dir)
 
 
+@pytest.mark.guarantee(
+    "`model.init_from` loads every tensor of an earlier run whose name and shape match, equal to it before the "
+    "first step (BatchNorm statistics too), leaves the head for other classes new, says how many in one line and "
+    "records the file in provenance; a fresh run from step 0"
+)
 @pytest.mark.slow
 def test_init_from_an_earlier_run_loads_what_fits_and_leaves_the_head_new(
     earlier: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -56,6 +61,7 @@ def test_init_from_an_earlier_run_loads_what_fits_and_leaves_the_head_new(
     assert record["initialized_from"]["init_from"]["left_new"] == sorted(head, reverse=True)
 
 
+@pytest.mark.guarantee("a weights file in which nothing fits is refused in one sentence, leaving no run directory")
 @pytest.mark.slow
 def test_init_from_a_file_of_another_net_is_refused_and_leaves_no_run(tmp_path: Path) -> None:
     other = tmp_path / "other.pth"
@@ -65,6 +71,10 @@ def test_init_from_a_file_of_another_net_is_refused_and_leaves_no_run(tmp_path: 
     assert not _run(tmp_path / "logs").exists()
 
 
+@pytest.mark.guarantee(
+    "a frozen backbone (weights and BatchNorm statistics) is unchanged before its unfreeze epoch and trained "
+    "after; every param group's logged LR is the warmup+cosine closed form times its multiplier"
+)
 @pytest.mark.slow
 def test_a_frozen_backbone_trains_from_its_unfreeze_epoch_at_its_own_lr(tmp_path: Path) -> None:
     fit(tmp_path, *BACKBONE, *SHORT, "--model.freeze_backbone=1", "--model.backbone_lr_scale=0.1")
@@ -85,6 +95,10 @@ def test_a_frozen_backbone_trains_from_its_unfreeze_epoch_at_its_own_lr(tmp_path
         assert logged == pytest.approx(expected, rel=1e-6), group
 
 
+@pytest.mark.guarantee(
+    "timm weights not in the local cache, or fine-tuning controls on a net without a backbone: one sentence naming "
+    "what to fetch or what a backbone is"
+)
 def test_fine_tuning_a_net_without_a_backbone_is_refused_saying_what_a_backbone_is() -> None:
     from toy import Classifier, ConvNet
 

@@ -50,6 +50,11 @@ def _repo(path: Path) -> Path:
     return path
 
 
+@pytest.mark.guarantee(
+    "each `fit` appends a provenance segment with how it ended (finished, resumed, crashed, interrupted, stopped "
+    "early), the commit and dirty flag of the checkout, versions, pip freeze; a dirty tree's patch, untracked "
+    "files included, reproduces it with `git apply`"
+)
 def test_a_dirty_tree_gives_a_patch_that_git_apply_reproduces(tmp_path: Path) -> None:
     repo = _repo(tmp_path / "repo")
     clean = git_state(repo, tmp_path / "clean.patch")
@@ -72,6 +77,10 @@ def test_a_dirty_tree_gives_a_patch_that_git_apply_reproduces(tmp_path: Path) ->
     assert not (copy / "run.log").exists()
 
 
+@pytest.mark.guarantee(
+    "the patch of a dirty tree never copies a file whose name looks like a secret (a planted `.env` with a token), "
+    "nor non-source files; each is listed with its size and why"
+)
 def test_the_patch_never_copies_a_secret_and_lists_what_it_leaves_out(tmp_path: Path) -> None:
     repo = _repo(tmp_path / "repo")
     token = "ghp_0123456789abcdefFAKEtoken"
@@ -140,6 +149,11 @@ def _segments(run: Path) -> list[dict]:
     return json.loads((run / "provenance.json").read_text())["segments"]
 
 
+@pytest.mark.guarantee(
+    "each `fit` appends a provenance segment with how it ended (finished, resumed, crashed, interrupted, stopped "
+    "early), the commit and dirty flag of the checkout, versions, pip freeze; a dirty tree's patch, untracked "
+    "files included, reproduces it with `git apply`"
+)
 @pytest.mark.slow
 def test_each_run_records_what_produced_it_and_how_each_segment_ended(logs: Path) -> None:
     runs = logs / "digits"
@@ -171,6 +185,9 @@ def test_each_run_records_what_produced_it_and_how_each_segment_ended(logs: Path
     assert 0 <= scores["test/acc"] <= 1 and 0 <= scores["best val/acc"] <= 1
 
 
+@pytest.mark.guarantee(
+    "`make runs` lists 5 kinds of runs with their status, scores and differing hyperparameters, without importing torch"
+)
 @pytest.mark.slow
 def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
     lines = table(logs).splitlines()
@@ -189,6 +206,9 @@ def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
     assert len(table(logs, "early").splitlines()) == 2
 
 
+@pytest.mark.guarantee(
+    "`make runs` lists 5 kinds of runs with their status, scores and differing hyperparameters, without importing torch"
+)
 @pytest.mark.slow
 def test_make_runs_does_not_import_the_training_stack(logs: Path) -> None:
     # What keeps it quick (a fraction of a second, against ~4 s for importing Lightning): no torch at all.

@@ -260,6 +260,12 @@ def _parse(name: str, args: list[str], checkout: Path, monkeypatch: pytest.Monke
     return "parsed"
 
 
+@pytest.mark.guarantee(
+    "every command the manual shows (each fenced shell line of README.md and docs/, and each launch in Scaling "
+    "out) runs: `make` with its real recipe and the scripts as they are, the programs they end in replaced by "
+    "recorders, and each recorded command resolved by its own parser (the CLI up to building the classes: configs "
+    "compose, keys type-check, the run length is known, a checkpoint fits)"
+)
 @pytest.mark.slow
 def test_every_command_the_manual_shows_runs_and_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     checkout, record = _checkout(tmp_path), tmp_path / "record.jsonl"

@@ -30,6 +30,11 @@ def _scaled(source: Path, path: Path, factor: float) -> Path:
     return path
 
 
+@pytest.mark.guarantee(
+    "the task is chosen by `model.class_path` and is the only code that knows the task: the Regressor's best "
+    "checkpoint and early stopping follow `val/rmse` (min); its scores, predictions and export are in the target's "
+    "units (the same run on targets x 1e4 ends with its RMSE x 1e4, to 1e-5); `make runs` shows its columns"
+)
 @pytest.mark.slow
 def test_the_regressor_is_judged_and_predicts_in_its_targets_units(
     regression_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -75,6 +80,10 @@ def test_the_regressor_is_judged_and_predicts_in_its_targets_units(
     assert header[6:10] == ["best", "val/rmse", "test/rmse", "commit"]
 
 
+@pytest.mark.guarantee(
+    "the sweep optimises the task's metric in its direction unless the file names another (the language model's "
+    "sweep: `val/loss`, min)"
+)
 def test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise(regression_csv: Path, tmp_path: Path) -> None:
     from project.engine.sweep import spec as sweep_spec
 
@@ -91,6 +100,10 @@ def test_the_sweep_optimises_the_tasks_metric_unless_told_otherwise(regression_c
         sweep_spec.check_against_cli(sweep_spec.load(path))
 
 
+@pytest.mark.guarantee(
+    "a continuous target given to the classification path, or a task whose targets the data does not serve, is "
+    "refused in one sentence naming the regression config"
+)
 def test_a_continuous_target_on_the_classification_path_is_refused_naming_the_regression_config(
     regression_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,6 +152,10 @@ def test_the_regression_overlay_switches_the_task_and_the_data_keeps_only_its_ow
     assert data["normalize"] is True and data["batch_size"] == 64
 
 
+@pytest.mark.guarantee(
+    "the hand-written reference loop and the template do the same work (the same val acc; the same val RMSE on a "
+    "regression; the language model's trajectory)"
+)
 @pytest.mark.slow
 def test_the_hand_written_loop_replays_the_regression_task_too(
     tmp_path: Path, regression_csv: Path, monkeypatch: pytest.MonkeyPatch

@@ -86,6 +86,17 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.guarantee(
+    "a resumed run ends bitwise equal to the uninterrupted one (weights, LR and losses per step): epoch boundary, "
+    "mid-epoch with 0/2 workers, mid-epoch with an augmentation drawing from NumPy's and Python's RNGs, Ctrl-C, "
+    "SIGTERM, float16 loss scaling on the CPU (the GradScaler's scale and growth tracker too), float64 weights "
+    "(which Lightning restores before converting the module, rounding them through float32, unless the task "
+    "converts first)"
+)
+@pytest.mark.guarantee(
+    "a run killed before the unfreeze epoch resumes bitwise equal to the uninterrupted one (weights, every group's "
+    "LR, losses)"
+)
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> None:
@@ -110,6 +121,9 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     assert [s for s, _ in a["train/loss"]] == list(range(EPOCHS * BATCHES))
 
 
+@pytest.mark.guarantee(
+    "a run resumed to train longer follows, from the resume on, the LR closed form of a run planned for the new length"
+)
 @pytest.mark.slow
 def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -16,6 +16,15 @@ from project.recipe import (
     resolve_warmup_steps,
 )
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the LR used at every optimizer step is the warmup+cosine closed form (warmup as fraction and count, with "
+        "accumulation, with `max_steps`), bitwise the default's; warmup+linear, constant after warmup and "
+        "warmup-stable-decay (linear, 1-sqrt, cosine) follow theirs, each group scaled, each re-planned on a "
+        "resume of another length"
+    ),
+]
+
 
 def _lrs(schedule: type, warmup: int, total: int, peak: float = 1e-2, scales=(1.0,), **kwargs) -> list[list[float]]:
     """The lr of each group at every optimizer step 0 .. total-1."""

@@ -20,6 +20,18 @@ from project.engine.errors import ConfigError
 from project.nets import UNet
 from project.tasks import Segmenter
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "segmentation: `val/miou` and pixel `acc` equal a hand computation over the whole split (a class absent "
+        "from truth and prediction left out, `ignore_index` pixels ignored), the loss each image's mean "
+        "cross-entropy over its labelled pixels; masks resized by nearest neighbour and flipped with their images; "
+        "each bad pair (no mask, no image, size mismatch, value beyond the classes, RGB mask, unreadable file) "
+        "refused in one sentence naming the file, exit 2, no run directory; the UNet's outputs per pixel for any "
+        "size divisible by 2**depth, independent of the batch; `predict` writes one mask per input at its size, "
+        "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`"
+    ),
+]
+
 CLASSES = ["background", "circle", "square", "triangle"]
 
 

@@ -10,7 +10,13 @@ from conftest import PACKAGE, ROOT
 from shipped_examples import EXAMPLES, names, present
 
 # The template's examples as they ship: `make check-manual` (the template's CI) runs these, `make test` does not.
-pytestmark = pytest.mark.manual
+pytestmark = [
+    pytest.mark.manual,
+    pytest.mark.guarantee(
+        "the shipped examples are removable units: an example is all there or not at all, its code imports only "
+        "the examples it builds on, and no test, config or engine file outside it names it"
+    ),
+]
 
 
 def _own_files(example: str) -> set[str]:

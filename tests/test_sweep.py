@@ -107,6 +107,11 @@ def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
     }  # fmt: skip
 
 
+@pytest.mark.guarantee(
+    "a sweep of 8 trials on 2 workers, one worker SIGKILLed mid-trial, then `make sweep` again: exactly 8 "
+    "completed or pruned trials, none left running, the killed trial's values retried once, one run directory per "
+    "trial, each a normal tested run"
+)
 @pytest.mark.slow
 def test_a_killed_worker_leaves_its_trial_to_be_retried_and_the_study_finishes(killed_and_continued: dict) -> None:
     run = killed_and_continued
@@ -135,6 +140,11 @@ def test_a_killed_worker_leaves_its_trial_to_be_retried_and_the_study_finishes(k
     assert retries[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
 
 
+@pytest.mark.guarantee(
+    "a sweep of 8 trials on 2 workers, one worker SIGKILLed mid-trial, then `make sweep` again: exactly 8 "
+    "completed or pruned trials, none left running, the killed trial's values retried once, one run directory per "
+    "trial, each a normal tested run"
+)
 @pytest.mark.slow
 def test_each_trial_is_a_normal_run_in_its_own_directory(killed_and_continued: dict) -> None:
     run, trials = killed_and_continued, killed_and_continued["study"].get_trials()
@@ -165,6 +175,7 @@ def test_each_trial_is_a_normal_run_in_its_own_directory(killed_and_continued: d
             assert epochs == 4 and trial.value == max(trial.intermediate_values.values())
 
 
+@pytest.mark.guarantee("`best.yaml` trained again reaches the best trial's metric (1e-6)")
 @pytest.mark.slow
 def test_best_yaml_trains_the_best_trial_again_to_the_same_metric(killed_and_continued: dict) -> None:
     run = killed_and_continued
@@ -195,6 +206,10 @@ def test_sweep_status_prints_every_trial_and_writes_the_plots(killed_and_continu
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
+@pytest.mark.guarantee(
+    "a 2-process DDP trial is pruned on both ranks at the same epoch; Ctrl-C stops a sweep with a checkpoint and "
+    "queues the trial again"
+)
 @pytest.mark.slow
 def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -> None:
     # A pruner that prunes every trial at its second validation (accuracy is never 2 or more): rank 0 decides.
@@ -218,6 +233,10 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
     assert shipped.name == "default" and shipped.trials >= 8
 
 
+@pytest.mark.guarantee(
+    "a 2-process DDP trial is pruned on both ranks at the same epoch; Ctrl-C stops a sweep with a checkpoint and "
+    "queues the trial again"
+)
 @pytest.mark.slow
 def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
     # Trial 0 holds between its first two epochs until it is told to stop: the Ctrl-C lands mid-trial.
@@ -263,6 +282,7 @@ BAD_SPACES = {
 }
 
 
+@pytest.mark.guarantee("a bad sweep space exits 2 naming the key before anything runs; a missing extra is named")
 @pytest.mark.parametrize("case", BAD_SPACES)
 def test_a_bad_space_is_refused_before_anything_runs(case: str, tmp_path: Path, capsys) -> None:
     params, expected = BAD_SPACES[case]
@@ -280,6 +300,7 @@ def test_an_unknown_sweep_setting_is_refused_naming_it(tmp_path: Path, capsys) -
     assert "trails" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.guarantee("a bad sweep space exits 2 naming the key before anything runs; a missing extra is named")
 def test_without_optuna_installed_make_sweep_names_the_extra(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` sees when it is not installed
     assert main([str(write_spec(tmp_path / "s.yaml", tmp_path / "logs"))]) == 2
@@ -299,6 +320,10 @@ def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) 
     assert gpu_groups(2) == ["4,5", "6,7"]
 
 
+@pytest.mark.guarantee(
+    "a failing trial is marked failed with its error sentence (shown by `make sweep-status`), keeps its directory "
+    "and console log, and its worker goes on; 3 in a row stop the worker without a traceback"
+)
 @pytest.mark.slow
 def test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -319,6 +344,7 @@ def test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on(
     assert capsys.readouterr().out.count(sentence) >= 3
 
 
+@pytest.mark.guarantee("a sweep metric the task does not log is refused before anything runs, naming those it logs")
 def test_a_metric_the_task_does_not_log_is_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
     spec = write_spec(tmp_path / "s.yaml", tmp_path / "logs", metric="val/rmse", direction="minimize")
     assert main([str(spec)]) == 2

@@ -13,6 +13,14 @@ import torch
 from project.data import CSVDataModule
 from project.engine.errors import ConfigError
 
+pytestmark = [
+    pytest.mark.guarantee(
+        "the image folder and CSV DataModules keep class names, decode like predict, decode the same in worker "
+        "processes, and refuse a bad folder, corrupt image, bad column or row naming it; `ResNet` takes any image "
+        "size; a 29-line DataModule of your own trains and predicts"
+    ),
+]
+
 
 def test_a_table_keeps_its_class_names_and_standardises_from_the_train_split(table_csv: Path) -> None:
     dm = CSVDataModule(path=str(table_csv), target="diagnosis")
@@ -58,6 +66,12 @@ def _write(folder: Path, columns: dict[str, list]) -> Path:
     return folder / "first.csv"
 
 
+@pytest.mark.guarantee(
+    "a table's categories and imputed values (medians, missing indicators) come from the training split alone; the "
+    "same table as Parquet gives the same inputs bit for bit; an unseen category at predict encodes as none and is "
+    "counted",
+    unmutated="an example's own code",
+)
 def test_categories_and_missing_values_are_learned_from_the_training_split_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,6 +117,11 @@ def test_categories_and_missing_values_are_learned_from_the_training_split_alone
         dm.load_predict_inputs(tmp_path / "fake.parquet")
 
 
+@pytest.mark.guarantee(
+    "a table's prediction file carries its ID columns (or every column that is no input) as written, in input "
+    "order, between `index` and the task's columns, for a predicted file and (`data.id_columns`) for the test "
+    "split; `data.id_columns` keeps them out of the inputs"
+)
 def test_the_prediction_file_carries_the_id_columns_as_written_in_input_order(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
@@ -170,6 +189,10 @@ def test_a_bad_table_is_refused_naming_the_column_and_row(case: str, tmp_path: P
         CSVDataModule(path=str(path), **args)
 
 
+@pytest.mark.guarantee(
+    "`make bench`'s table workload reads one table two ways (pyarrow alone, the CSVDataModule's read and encoding) "
+    "to the same rows and the closed-form count of encoded inputs"
+)
 def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
     csv_path, parquet_path = bench.write_table(500, tmp_path)
     # 24 numbers, 3 of them with holes (an indicator each), and one-hot columns of 3 + 4 + 6 + 12 + 20 categories
@@ -180,6 +203,11 @@ def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
     assert bench.load_table("template", str(parquet_path))["shape"] == encoded
 
 
+@pytest.mark.guarantee(
+    "a table's prediction file carries its ID columns (or every column that is no input) as written, in input "
+    "order, between `index` and the task's columns, for a predicted file and (`data.id_columns`) for the test "
+    "split; `data.id_columns` keeps them out of the inputs"
+)
 def test_predictions_on_the_test_split_carry_its_rows_id_columns(tmp_path: Path) -> None:
     from types import SimpleNamespace
 

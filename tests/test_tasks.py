@@ -8,6 +8,9 @@ from conftest import fit
 from probes import Recorder
 
 
+@pytest.mark.guarantee(
+    "the accumulation correction is the engine's: it holds for a task that writes its own `training_step`"
+)
 @pytest.mark.slow
 def test_the_accumulation_correction_holds_for_a_task_with_its_own_training_step(tmp_path: Path) -> None:
     # The digits 0-2: 537 samples, 375 for training. Batch 3 x 4 micro-batches: 31 windows of 4 and a last window

@@ -21,6 +21,12 @@ def _run(save_dir: Path) -> Path:
     return save_dir / "images" / "version_0"
 
 
+@pytest.mark.guarantee(
+    "a timm backbone starts from a local weights file (its tensors equal the file's, the classifier left out), "
+    "normalises with its pretraining statistics unless `data.normalize: train`, and exports to ONNX and "
+    "torch.export with parity",
+    unmutated="an example's own code",
+)
 @pytest.mark.slow
 def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_statistics(
     image_folder: Path, tmp_path: Path
@@ -55,6 +61,10 @@ def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_s
     assert own["ImageFolderDataModule"]["normalization"]["mean"] != list(cfg["mean"])
 
 
+@pytest.mark.guarantee(
+    "timm weights not in the local cache, or fine-tuning controls on a net without a backbone: one sentence naming "
+    "what to fetch or what a backbone is"
+)
 def test_weights_asked_of_timm_but_not_in_the_local_cache_say_what_to_fetch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,6 +79,11 @@ def test_weights_asked_of_timm_but_not_in_the_local_cache_say_what_to_fetch(
         net.load_pretrained()
 
 
+@pytest.mark.guarantee(
+    "`configs/sweeps/finetune.yaml` searches `model.backbone_lr_scale`: every searched key parses at both ends of "
+    "its range",
+    unmutated="an example's own code",
+)
 def test_the_fine_tuning_sweep_searches_the_backbone_lr_multiplier(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("optuna")
     from conftest import ROOT

@@ -43,6 +43,11 @@ def _gradient_by_hand(start: dict[str, torch.Tensor], samples: list[int]) -> tor
     return torch.cat([p.grad.flatten() for p in net.parameters()])
 
 
+@pytest.mark.guarantee(
+    "accumulation of variable-length token micro-batches = one big batch, the short last window included, and the "
+    "first step's gradient = the closed form (sum of per-token losses / tokens), float64 to 1e-10; seen failing "
+    "with per-micro-batch token means"
+)
 def test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_closed_form(tmp_path: Path) -> None:
     # 10 training sequences: batches of 2 with 2 accumulated are windows [2, 2], [2, 2] and a short last one [2];
     # the big batch sees the same samples as [4], [4], [2].
@@ -66,6 +71,10 @@ def test_accumulated_variable_length_micro_batches_equal_the_big_batch_and_the_c
     assert (first != IGNORE_INDEX).sum() != (second != IGNORE_INDEX).sum()  # the micro-batches differ in tokens
 
 
+@pytest.mark.guarantee(
+    "2 DDP processes with unequal token counts = 1 process on the combined batch: every step's gradient on every "
+    "rank and the final weights, float64 to 1e-10; seen failing without the cross-process token count"
+)
 def test_two_processes_with_unequal_token_counts_equal_one_process(tmp_path: Path) -> None:
     common = (*FLOAT64, "--trainer.max_steps=3", "--trainer.callbacks+=probes.Recorder",
               "--trainer.callbacks.keep_grads=true")  # fmt: skip
@@ -92,6 +101,10 @@ def test_two_processes_with_unequal_token_counts_equal_one_process(tmp_path: Pat
         torch.testing.assert_close(ranks[0]["final_state"][name], value, rtol=RTOL, atol=ATOL, msg=name)
 
 
+@pytest.mark.guarantee(
+    "the evaluation loss of a token task is the token-weighted mean over the split (padding left out: torchmetrics "
+    "#3434 drops the weights)"
+)
 def test_the_evaluation_loss_is_the_token_weighted_mean_over_the_split(tmp_path: Path) -> None:
     cli = fit(tmp_path, *FLOAT64[:2], "--trainer.max_steps=2", "--data.batch_size=5", "--trainer.accelerator=cpu",
               "--trainer.limit_val_batches=1.0", configs=(DIGITS, TOKENS))  # fmt: skip
@@ -105,6 +118,7 @@ def test_the_evaluation_loss_is_the_token_weighted_mean_over_the_split(tmp_path:
     assert cli.trainer.callback_metrics["test/loss"].item() == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.guarantee("tokens per second count no padding; FLOPs per batch are 3 x the forward's")
 def test_throughput_is_counted_in_tokens_and_flops(tmp_path: Path) -> None:
     """Within a logging window the rates share one elapsed time, so their ratios are exact counts: tokens per sample
     of the window's batch (padding excluded), and FLOPs per batch (3 x its forward's, counted by hand here)."""

@@ -25,6 +25,9 @@ def _is_plain(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
+@pytest.mark.guarantee(
+    "the default config learns; `val/acc`, `test/acc` logged equal accuracies computed by hand from the checkpoints"
+)
 @pytest.mark.slow
 def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cli = fit(tmp_path, "--trainer.max_epochs=2")
@@ -79,6 +82,7 @@ def test_default_config_learns_and_writes_a_complete_run(tmp_path: Path, capsys:
     assert logged["hp/test_acc"] == [(0, test_acc)] and logged["hp/val_acc"] == [(0, pytest.approx(max(val_acc)))]
 
 
+@pytest.mark.guarantee("a new run never overwrites an old one", unmutated="Lightning's own")
 @pytest.mark.slow
 def test_a_second_run_gets_its_own_directory(tmp_path: Path) -> None:
     fit(tmp_path, configs=(DIGITS, DEBUG))

@@ -8,7 +8,14 @@ from conftest import DIGITS
 
 from project.engine.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.guarantee(
+        "Lightning's everyday flags (`fast_dev_run`, `overfit_batches`, no validation, no checkpointing, no "
+        "logger, CSVLogger, `val_check_interval`, `max_time`, ...) run to their test scores inside one run "
+        "directory under `logs/`, or are refused in one sentence"
+    ),
+]
 
 # Short runs: 6 batches per epoch, 2 eval batches.
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2",
@@ -111,6 +118,10 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(tmp_path: Path) 
     assert len(batches) == 6 and batches[0:2] == batches[2:4] == batches[4:6]
 
 
+@pytest.mark.guarantee(
+    "a step-based run shorter than an epoch validates at its `val_check_interval`s and at its last step; its "
+    "schedule is `max_steps` long; best and last checkpoints are written"
+)
 @pytest.mark.parametrize(
     ("flags", "validated"),
     [

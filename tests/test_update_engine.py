@@ -10,7 +10,16 @@ import pytest
 from conftest import PACKAGE, ROOT
 from shipped_examples import selected_by
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.guarantee(
+        "`make update-engine` merges a newer template's machinery (the package's `engine/`, the engine tests, "
+        "`scripts/`, `benchmarks/`, the Makefile) three ways into a repository made from an older one, renamed to "
+        "its package: the template's changes arrive, yours stay, both on one line are conflict markers named in "
+        "one sentence (exit 1), new files come, your configs are untouched, `template.toml` records the newer "
+        "commit; a repository with uncommitted changes is refused"
+    ),
+]
 NEW = "acme"
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
 
