@@ -96,7 +96,7 @@ class ResNet(nn.Module):
     global average pooling, dropout and a linear layer.
 
     BatchNorm normalises over each process's batch: with DDP, ``trainer.sync_batchnorm: true`` makes it use the
-    global batch, so that 2 processes x B equal 1 process x 2B (docs/precision-and-devices.md, "Scaling out")."""
+    global batch, so that 2 processes x B equal 1 process x 2B (docs/scaling.md, "Several devices")."""
 
     def __init__(
         self, input_shape: tuple[int, ...], num_outputs: int, width: int = 32, stages: int = 3, blocks: int = 1,
@@ -135,7 +135,7 @@ class ResNet(nn.Module):
 
 def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
     """Two 3x3 conv-GroupNorm-ReLU layers. GroupNorm normalises each sample over itself, never over the batch, so
-    accumulation and DDP give the big batch's gradient exactly (docs/precision-and-devices.md, Scaling out)."""
+    accumulation and DDP give the big batch's gradient exactly (docs/scaling.md, Several devices)."""
     layers: list[nn.Module] = []
     for channels in (in_channels, out_channels):
         layers += [

@@ -370,7 +370,7 @@ def _recorded(save_dir: Path, subject: tuple[str, ...], *args: str) -> Recorder:
                "--trainer.callbacks+=probes.Recorder", "--trainer.callbacks.keep_grads=true", *args)  # fmt: skip
     if _has_batchnorm(cli):
         pytest.skip("the net has BatchNorm: micro-batches are normalised over themselves, so accumulation is not "
-                    "a big batch by design (docs/precision-and-devices.md, Scaling out)")  # fmt: skip
+                    "a big batch by design (docs/scaling.md, Several devices)")  # fmt: skip
     return next(cb for cb in cli.trainer.callbacks if isinstance(cb, Recorder))
 
 

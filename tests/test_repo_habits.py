@@ -47,7 +47,7 @@ def test_the_notebook_hook_names_a_notebook_with_outputs_and_clears_it(tmp_path:
     assert checked.returncode == 1 and checked.stdout.splitlines() == [
         f"{ran}: has outputs; strip them: python scripts/check_notebooks.py --clear {ran}"
     ]
-    # The manual's way to clear them (docs/using-your-model.md; no Jupyter needed); a committed notebook comes out
+    # The manual's way to clear them (docs/usage.md; no Jupyter needed); a committed notebook comes out
     # byte for byte the same.
     committed = tmp_path / "committed.ipynb"
     committed.write_bytes((ROOT / "notebooks" / "02_inspect_run.ipynb").read_bytes())

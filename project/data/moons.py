@@ -1,4 +1,4 @@
-"""Two interleaved half-moons: a new problem in one file (docs/your-own.md, "Make it yours", step ii)."""
+"""Two interleaved half-moons: a new problem in one file (docs/your-own.md, "Your data")."""
 
 from typing import Any
 
