@@ -348,7 +348,7 @@ SHIPPED = (
            "        if interrupted:\n            (lambda *a, **k: None)(",
            ("tests/test_sweep.py::test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again",)),
     Mutant("a-failed-trial-keeps-its-reason", "project/engine/sweep/workers.py",
-           '        study._storage.set_trial_user_attr(trial._trial_id, "error", result)', "        pass",
+           '        trial.set_user_attr("error", result)', "        pass",
            ("tests/test_sweep.py::test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on",)),
     Mutant("an-empty-range-is-refused", "project/engine/sweep/spec.py",
            "    if p.low > p.high:", "    if False:",

@@ -75,7 +75,8 @@ class LastCheckpoint(Checkpoint):
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous_handlers[signum] = signal.signal(signum, self._handle)
         # torch installs its SIGCHLD handler once per process, with the first multi-worker loader; the flag keeps a
-        # loader made later (this epoch's) from putting it back over ours.
+        # loader made later (this epoch's) from putting it back over ours. Private: torch has no public way to learn
+        # of a dead worker but its own handler's check (pytorch #3474); the dead-worker test fails if it changes.
         self._previous_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._child_exited)
         self._torch_handler_was_set = signal_handling._SIGCHLD_handler_set
         signal_handling._SIGCHLD_handler_set = True

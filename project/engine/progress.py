@@ -23,8 +23,9 @@ class ThrottledProgressBar(RichProgressBar):
         self._next_update = 0.0
 
     def _get_train_description(self, current_epoch: int) -> str:
-        # A step-based run (max_epochs null, which Lightning keeps as -1) has no last epoch: Lightning's bar would
-        # read "Epoch 0/-2". The run's length in steps instead.
+        # A step-based run (max_epochs null, which Lightning keeps as -1) has no last epoch: Lightning 2.6's bar
+        # reads "Epoch 0/-2" (Lightning #21925, fixed after 2.6 by #21924). The run's length in steps instead.
+        # Private: the bar's only hook for its description; the progress test fails if Lightning renames it.
         if self.trainer.max_epochs in (None, -1) and self.trainer.max_steps > 0:
             return f"Epoch {current_epoch} (a {self.trainer.max_steps}-step run)"
         return super()._get_train_description(current_epoch)

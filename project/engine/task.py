@@ -147,8 +147,9 @@ class Task(L.LightningModule):
         # Under LightningCLI the saved hparams are the config, ``net`` as class_path/init_args: plain data that
         # loads with weights_only=True and lets load_from_checkpoint rebuild the net. Built by hand, ``net`` is a
         # module object, which must never be pickled into a checkpoint: its weights are in the state_dict anyway.
-        # Lightning exposes "hparams came from the CLI" only through this context variable. (Collects the
-        # subclass's own arguments too: Lightning walks the chain of __init__ frames.)
+        # Private: Lightning exposes "hparams came from the CLI" only through this context variable (Lightning
+        # #20726, #20432); the weights-only checkpoint tests fail if it changes. (Collects the subclass's own
+        # arguments too: Lightning walks the chain of __init__ frames.)
         # The optimizer and schedule likewise: the CLI's config names their classes; by hand they are callables.
         self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net", "optimizer", "schedule"])
         self.net = net

@@ -65,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (sweep_dir / "sweep.yaml").is_file():
             print(f"error: no sweep in {sweep_dir} yet: start it with make sweep SWEEP={args.spec}", file=sys.stderr)
             return USAGE_ERROR
-        return _report(sweep_workers.open_study(sweep_dir, spec), spec, sweep_dir, base)
+        return _report(sweep_workers.open_study(sweep_dir, spec)[0], spec, sweep_dir, base)
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.yaml").write_text(sweep_spec.parser().dump(spec))
     with sweep_workers.locked(sweep_dir):
-        study = sweep_workers.open_study(sweep_dir, spec)
-        for number in sweep_workers.reap(study):
+        study, storage = sweep_workers.open_study(sweep_dir, spec)
+        for number in sweep_workers.reap(study, storage):
             print(f"trial {number} was left running by a worker that died: marked failed, its values queued again.")
     print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
     processes = [

@@ -32,7 +32,7 @@ class SweepTrial(Callback):
         if stage != "fit":
             return
         from project.engine.sweep.spec import build, load
-        from project.engine.sweep.workers import open_study
+        from project.engine.sweep.workers import open_study, trial_id
 
         spec = load(self.sweep_dir / "sweep.yaml")
         self.metric = spec.metric
@@ -40,9 +40,8 @@ class SweepTrial(Callback):
             import optuna
 
             _, pruner = build(spec)
-            study = open_study(self.sweep_dir, spec, pruner=pruner)
-            trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, self.trial_number)
-            self._trial = optuna.trial.Trial(study, trial_id)
+            study, storage = open_study(self.sweep_dir, spec, pruner=pruner)
+            self._trial = optuna.trial.Trial(study, trial_id(study, storage, self.trial_number))
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The trial's number and values as tags of its tracker runs (which share the study's experiment)."""

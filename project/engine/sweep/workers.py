@@ -24,6 +24,7 @@ from typing import Any
 
 import optuna
 from jsonargparse import Namespace
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from project.engine.runs import process_alive
@@ -39,16 +40,24 @@ FAILURES_IN_A_ROW = 3
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def open_study(sweep_dir: Path, spec: Namespace, **kwargs: Any) -> optuna.Study:
+def open_study(sweep_dir: Path, spec: Namespace, **kwargs: Any) -> tuple[optuna.Study, BaseStorage]:
+    """The study and its storage. Optuna keeps a study's storage private (``study._storage``), so the one built
+    here is returned for what only a storage's public API does: a trial's user attribute set from outside it."""
     if spec.storage:
-        storage: Any = spec.storage
+        storage: BaseStorage = optuna.storages.RDBStorage(spec.storage)
     else:
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         storage = JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
-    return optuna.create_study(
+    study = optuna.create_study(
         storage=storage, study_name=spec.name, direction=spec.direction, load_if_exists=True, **kwargs
     )
+    return study, storage
+
+
+def trial_id(study: optuna.Study, storage: BaseStorage, number: int) -> int:
+    """The storage's id of the study's trial ``number`` (Optuna keeps a trial's own id private)."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
 
 
 @contextlib.contextmanager
@@ -63,7 +72,7 @@ def locked(sweep_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def reap(study: optuna.Study) -> list[int]:
+def reap(study: optuna.Study, storage: BaseStorage) -> list[int]:
     """Trials left RUNNING by a worker of this host that died (SIGKILL, out-of-memory, a lost node) are marked
     failed and their values queued again (run from scratch, under a new number). Call under ``locked``."""
     reaped = []
@@ -72,7 +81,7 @@ def reap(study: optuna.Study) -> list[int]:
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
         unsigned_and_old = pid is None and time.time() - started > UNSIGNED_GRACE_S
         if (host == HOST and pid is not None and not process_alive(pid)) or unsigned_and_old:
-            study._storage.set_trial_user_attr(trial._trial_id, "error", f"its worker (pid {pid}) died")
+            storage.set_trial_user_attr(trial_id(study, storage, trial.number), "error", f"its worker (pid {pid}) died")
             study.tell(trial.number, state=TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
             reaped.append(trial.number)
@@ -116,7 +125,9 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop
 
 
-def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: Namespace, worker: int) -> TrialState:
+def run_trial(
+    study: optuna.Study, storage: BaseStorage, trial: optuna.Trial, sweep_dir: Path, spec: Namespace, worker: int
+) -> TrialState:
     run_dir = sweep_dir / f"trial_{trial.number}"
     run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
     chosen = " ".join(f"{k}={shown(v)}" for k, v in trial.params.items())
@@ -137,10 +148,10 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: N
                 interrupted = "SIGTERM"
                 proc.send_signal(signal.SIGTERM)
     took = time.monotonic() - started
-    frozen = study._storage.get_trial(trial._trial_id)
+    frozen = storage.get_trial(trial_id(study, storage, trial.number))  # what the trial's process reported
     values = [frozen.intermediate_values[k] for k in sorted(frozen.intermediate_values)]
-    study._storage.set_trial_user_attr(trial._trial_id, "seconds", round(took, 1))
-    study._storage.set_trial_user_attr(trial._trial_id, "epochs", len(values))
+    trial.set_user_attr("seconds", round(took, 1))
+    trial.set_user_attr("epochs", len(values))
     if interrupted is None and code == 0 and "pruned_at_epoch" in frozen.user_attrs:
         state, result = TrialState.PRUNED, f"pruned at epoch {frozen.user_attrs['pruned_at_epoch']}"
         study.tell(trial, state=state)  # its value: the last one reported
@@ -151,7 +162,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: N
     else:
         state = TrialState.FAIL
         result = f"interrupted by {interrupted}" if interrupted else f"failed (exit {code}): {_last_line(run_dir)}"
-        study._storage.set_trial_user_attr(trial._trial_id, "error", result)
+        trial.set_user_attr("error", result)
         study.tell(trial, state=state)
         if interrupted:  # the next `make sweep` runs these values again
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
@@ -164,7 +175,7 @@ def run_trial(study: optuna.Study, trial: optuna.Trial, sweep_dir: Path, spec: N
 def work(sweep_dir: Path, worker: int) -> int:
     spec = load(sweep_dir / "sweep.yaml")
     sampler, pruner = build(spec, worker)
-    study = open_study(sweep_dir, spec, sampler=sampler, pruner=pruner)
+    study, storage = open_study(sweep_dir, spec, sampler=sampler, pruner=pruner)
     distributions = {key: distribution(key, param) for key, param in spec.params.items()}
     signal.signal(signal.SIGTERM, _raise_stop)
     # Ctrl-C raises KeyboardInterrupt even if SIGINT was ignored when this process started (a parent that ignores
@@ -180,12 +191,12 @@ def work(sweep_dir: Path, worker: int) -> int:
             trial.set_user_attr("host", HOST)
             trial.set_user_attr("pid", os.getpid())
         try:
-            state = run_trial(study, trial, sweep_dir, spec, worker)
+            state = run_trial(study, storage, trial, sweep_dir, spec, worker)
         except KeyboardInterrupt:
             return 130
         failures = failures + 1 if state == TrialState.FAIL else 0
         if failures >= FAILURES_IN_A_ROW:
-            last = study._storage.get_trial(trial._trial_id).user_attrs.get("error", "")
+            last = storage.get_trial(trial_id(study, storage, trial.number)).user_attrs.get("error", "")
             print(
                 f"worker {worker}: {failures} trials in a row failed; stopping; the last one: {last.partition(': ')[2]}"
             )
