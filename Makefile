@@ -17,7 +17,7 @@ TEST_WORKERS ?= auto
 # resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
 TORCH_SPEC ?=
-# More extras for make install, e.g. EXTRAS=mlflow or EXTRAS=mlflow,wandb (make test installs both itself).
+# More extras for make install, e.g. EXTRAS=mlflow or EXTRAS=mlflow,wandb (the tracker tests skip without them).
 EXTRAS ?=
 MLFLOW_PORT ?= 5000
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).
@@ -34,9 +34,6 @@ VENV := .venv
 PACKAGE := project
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
-# The tests also run the trackers against a real MLflow server and W&B offline: their extras (~460 MB, ~25 s) are
-# installed for make test only, so make train's install stays as small as without them.
-TEST_INSTALLED := $(VENV)/.installed-trackers$(if $(LOCKED),-locked)
 CONSTRAINTS := $(if $(LOCKED),-c constraints.txt)
 # timm brings torchvision, which pip takes from PyPI: a build for PyPI's torch. Beside another torch build (the small
 # CPU one of TORCH_SPEC=torch==2.13.0) its operators cannot load and its import fails ("operator torchvision::nms
@@ -78,11 +75,6 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 
 comma := ,
 
-$(TEST_INSTALLED): $(INSTALLED)
-	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev,mlflow,wandb]'
-	$(DROP_UNLOADABLE_TORCHVISION)
-	touch $@
-
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)
 
@@ -122,15 +114,15 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
-test: $(TEST_INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
+test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 \
 		-m "not manual" $(ARGS)
 
-test-fast: $(TEST_INSTALLED) ## run the tests not marked slow
+test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
 
-check-manual: $(TEST_INSTALLED) ## the template's own checks of its manual, examples and guarantees bookkeeping (its CI runs them)
+check-manual: $(INSTALLED) ## the template's own checks of its manual, examples and guarantees bookkeeping (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
