@@ -85,7 +85,8 @@ def test_overlay_composes_over_the_default(
     assert value == expected
     # Everything else still comes from the default (overlays hold no lists that would replace the callbacks).
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == "logs"
-    assert len(printed["trainer"]["callbacks"]) == 7
+    listed = yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
+    assert [c["class_path"] for c in printed["trainer"]["callbacks"]] == [c["class_path"] for c in listed]
     assert printed["model"]["init_args"]["net"]["class_path"] == "toy.ConvNet"
 
 
@@ -234,23 +235,23 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from project.engine.checkpoints import AtomicCheckpointIO
     from project.engine.last_checkpoint import LastCheckpoint
+    from project.engine.monitored import ValidateTheLastStep
     from project.engine.provenance import Provenance
 
     def ours(cli: Any) -> list[type]:
         kinds = [type(cb) for cb in cli.trainer.callbacks if type(cb).__module__.startswith(f"{PACKAGE}.")]
         return [*kinds, type(cli.trainer.strategy.checkpoint_io)]
 
-    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG))  # the config lists all three
-    assert {LastCheckpoint, Provenance, AtomicCheckpointIO} <= set(ours(listed))
+    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG))  # the config lists all four
+    assert {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep} <= set(ours(listed))
     assert "leaves out" not in caplog.text
     # Left out of the config: not added behind its back, and one line each says what is lost.
     callbacks = [cb for cb in yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
-                 if not cb["class_path"].endswith(("LastCheckpoint", "Provenance"))]  # fmt: skip
+                 if not cb["class_path"].endswith(("LastCheckpoint", "Provenance", "ValidateTheLastStep"))]  # fmt: skip
     overlay = tmp_path / "without.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "plugins": None}}))
     bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(overlay)))
-    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO} & set(ours(bare))
+    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep} & set(ours(bare))
     lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
-    assert [n for n in ("AtomicCheckpointIO", "LastCheckpoint", "Provenance") if any(n in line for line in lost)] == [
-        "AtomicCheckpointIO", "LastCheckpoint", "Provenance"
-    ] and len(lost) == 3  # fmt: skip
+    named = ("AtomicCheckpointIO", "LastCheckpoint", "ValidateTheLastStep", "Provenance")
+    assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 4

@@ -37,6 +37,7 @@ from project.engine.dashboard import write_layout
 from project.engine.datamodule import DataModule, learned_in, restoring
 from project.engine.errors import ConfigError, cause_of, config_error_in
 from project.engine.last_checkpoint import Interrupted, LastCheckpoint, LoaderWorkerDied
+from project.engine.monitored import ValidateTheLastStep
 from project.engine.predict import CSVPredictionWriter
 from project.engine.provenance import Provenance
 from project.engine.runs import flatten
@@ -349,6 +350,9 @@ class CLI(LightningCLI):
             if not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
                 missing.append(("trainer.callbacks", LastCheckpoint,
                                 "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"))  # fmt: skip
+        if not any(isinstance(cb, ValidateTheLastStep) for cb in callbacks):
+            missing.append(("trainer.callbacks", ValidateTheLastStep,
+                            "a run that stops at trainer.max_steps mid-epoch ends unvalidated"))  # fmt: skip
         if not any(isinstance(cb, Provenance) for cb in callbacks):
             missing.append(("trainer.callbacks", Provenance,
                             "no provenance.json: make runs and make sweep-status cannot list this run"))  # fmt: skip

@@ -1,4 +1,5 @@
-"""The best checkpoint and early stopping, judged by the task's own metric unless the config names another.
+"""The best checkpoint and early stopping, judged by the task's own metric unless the config names another, and
+the validation of a run's last step, which both need.
 
 ``monitor: null`` (the default here) means the metric the task declares (``Task.monitor``/``Task.mode``, e.g.
 ``val/acc`` max for the Classifier, ``val/rmse`` min for the Regressor), read when the run starts. A ``monitor``
@@ -10,7 +11,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 
 def _judged_by(pl_module: L.LightningModule) -> tuple[str, str]:
@@ -47,3 +48,21 @@ class TaskEarlyStopping(EarlyStopping):
             self.best_score = torch.tensor(-torch.inf if self.mode == "max" else torch.inf)
             self.min_delta = abs(self.min_delta) * (1 if self.mode == "max" else -1)  # Lightning's sign convention
         super().setup(trainer, pl_module, stage)
+
+
+class ValidateTheLastStep(Callback):
+    """The last step of a run is always validated, so its best checkpoint and early stopping see it. Lightning
+    validates at epoch ends and every ``val_check_interval``, not at ``trainer.max_steps``: a run that stops there
+    mid-epoch would end unvalidated (early stopping, checking at the epoch's end, raises on the missing metric);
+    nor, with ``check_val_every_n_epoch`` null (validations counted in batches across epochs, as language models
+    are trained), at the end of its last epoch. Asking to stop at that step makes Lightning validate it first."""
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+        last_epoch = trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
+        if (0 < trainer.max_steps <= trainer.global_step and not last_batch) or (
+            last_batch and last_epoch and trainer.check_val_every_n_epoch is None
+        ):
+            trainer.should_stop = True

@@ -354,21 +354,6 @@ class Task(L.LightningModule):
         window = min(k, int(n) - batch_idx // k * k)
         return k / window
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        # The last step of a run is always validated, so its best checkpoint and early stopping see it. Lightning
-        # validates at epoch ends and every val_check_interval, not at trainer.max_steps: a run that stops there
-        # mid-epoch would end unvalidated (early stopping, checking at the epoch's end, raises on the missing
-        # metric); nor, with check_val_every_n_epoch null (validations counted in batches across epochs, as
-        # language models are trained), at the end of its last epoch. Asking to stop at that step makes Lightning
-        # validate it first.
-        trainer = self.trainer
-        last_batch = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
-        last_epoch = trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
-        if (0 < trainer.max_steps <= trainer.global_step and not last_batch) or (
-            last_batch and last_epoch and trainer.check_val_every_n_epoch is None
-        ):
-            trainer.should_stop = True
-
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Called once per optimizer step, after accumulation and AMP unscaling, before clipping: the true pre-clip
         # norm. Computed on device (one fused reduction, no host copy per parameter), on logging steps only.
