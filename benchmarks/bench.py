@@ -42,8 +42,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import project  # noqa: F401  (before Lightning, which imports torchvision: see project/__init__.py)
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from shipped_examples import present  # noqa: E402  (the shipped examples this repository still has)
