@@ -2,7 +2,8 @@
 ``configs/tasks/*.yaml``:
 
     python scripts/make_example_data.py  # data/images/{circle,square,triangle}/*.png, data/{table,regression,tags}.csv,
-                                         # data/lines.csv, data/segmentation/{images,masks}/*.png + classes.txt
+                                         # data/lines.csv, data/segmentation/{images,masks}/*.png + classes.txt,
+                                         # data/tiny-bert/ (with the hf extra)
 
 - images: RGB pictures of a circle, a square or a triangle of random size, position and colour on a noisy
   background, one subfolder per class (what ``ImageFolderDataModule`` reads);
@@ -17,7 +18,9 @@
   order, as a CSV with the columns ``text`` and ``label``, for ``configs/tasks/text_classification.yaml``;
 - segmentation: 200 RGB pictures of 1 to 3 circles, squares and triangles on a noisy background, each with its
   mask of class indices (0 background, 1 circle, 2 square, 3 triangle) and ``classes.txt``, for
-  ``configs/tasks/segmentation.yaml`` (what ``SegmentationFolderDataModule`` reads).
+  ``configs/tasks/segmentation.yaml`` (what ``SegmentationFolderDataModule`` reads);
+- tiny-bert: a tiny BERT with random weights and a WordPiece tokenizer learned from the lines, saved as a
+  pretrained model is, for ``configs/tasks/hf_text_classification.yaml`` offline (with the ``hf`` extra).
 The tests use the same functions with small sizes.
 """
 
@@ -163,15 +166,56 @@ def write_lines(path: str | Path, per_class: int = 400, seed: int = 0) -> Path:
     return path
 
 
-if __name__ == "__main__":
+def write_tiny_encoder(path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32) -> Path:
+    """A tiny BERT and its WordPiece tokenizer learned from ``texts``, saved as a pretrained model is
+    (``save_pretrained``): for ``configs/tasks/hf_text_classification.yaml`` where nothing can be downloaded. Its
+    weights are random: a stand-in for a real checkpoint such as ``google-bert/bert-base-uncased``."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import AutoModel, BertConfig, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=500, special_tokens=specials))
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]",
+                                           cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")  # fmt: skip
+    config = BertConfig(vocab_size=len(hf_tokenizer), hidden_size=width, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=2 * width, max_position_embeddings=512,
+                        pad_token_id=hf_tokenizer.pad_token_id)  # fmt: skip
+    torch.manual_seed(seed)
+    path = Path(path)
+    AutoModel.from_config(config).save_pretrained(path)
+    hf_tokenizer.save_pretrained(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="folder to write images/, segmentation/ and the CSV files into")
     parser.add_argument("--per-class", type=int, default=200)
     parser.add_argument("--size", type=int, default=32)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"Wrote {write_shapes(Path(args.out) / 'images', args.per_class, args.size)}/")
     print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
     print(f"Wrote {write_diabetes(Path(args.out) / 'regression.csv')}")
     print(f"Wrote {write_tags(Path(args.out) / 'tags.csv')}")
     print(f"Wrote {write_lines(Path(args.out) / 'lines.csv')}")
     print(f"Wrote {write_segmentation(Path(args.out) / 'segmentation', size=args.size)}/")
+    try:  # the hf extra's
+        import transformers  # noqa: F401
+    except ImportError:
+        print("(data/tiny-bert not written: it needs the hf extra, pip install -e '.[hf]')")
+    else:
+        with open(Path(args.out) / "lines.csv", encoding="utf-8") as f:
+            texts = [row["text"] for row in csv.DictReader(f)]
+        print(f"Wrote {write_tiny_encoder(Path(args.out) / 'tiny-bert', texts)}/")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,13 +2,14 @@
 ``configs/tasks/text_classification.yaml``. Classes are the label column's values, sorted (as ``CSVDataModule``
 sorts them).
 
-Tokens are bytes (256 ids) and ``<pad>`` (256): nothing to train or ship. A text longer than ``max_length`` bytes
-is truncated to its first ``max_length``; a batch is padded to its longest text with ``<pad>``, which the net masks
-out (``project.transformer.TextEncoder`` reads the padding from the pad id). ``predict`` reads a ``.txt`` file (a
-text per line) or a file like the training one (its text column).
+Tokens are bytes (256 ids) and ``<pad>`` (256): nothing to train or ship; or, with ``tokenizer``, a Hugging Face
+tokenizer's (a pretrained model's own: ``project.hf``). A text longer than ``max_length`` tokens is truncated to
+its first ``max_length``; a batch is padded to its longest text with the pad id, which the net masks out.
+``predict`` reads a ``.txt`` file (a text per line) or a file like the training one (its text column).
 """
 
 import csv
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,10 @@ PAD = 256
 VOCABULARY = [*BYTE_NAMES, "<pad>"]
 
 
-def pad_batch(samples: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-    """Texts padded with ``<pad>`` to the batch's longest; their labels stacked."""
+def pad_batch(samples: list[tuple[Tensor, Tensor]], pad: int = PAD) -> tuple[Tensor, Tensor]:
+    """Texts padded with ``pad`` to the batch's longest; their labels stacked."""
     texts, labels = zip(*samples, strict=True)
-    return nn.utils.rnn.pad_sequence(list(texts), batch_first=True, padding_value=PAD), torch.stack(list(labels))
+    return nn.utils.rnn.pad_sequence(list(texts), batch_first=True, padding_value=pad), torch.stack(list(labels))
 
 
 class _Texts(Dataset):
@@ -65,7 +66,6 @@ class LabelledTextDataModule(DataModule):
     """Texts with a class each, split at random by ``split_seed``."""
 
     input_dtype = torch.int64
-    collate_fn = staticmethod(pad_batch)
 
     def __init__(
         self,
@@ -73,6 +73,7 @@ class LabelledTextDataModule(DataModule):
         text: str = "text",
         label: str = "label",
         max_length: int = 256,
+        tokenizer: str | None = None,
         *,
         normalize: bool = False,
         **engine: Any,
@@ -82,14 +83,27 @@ class LabelledTextDataModule(DataModule):
             path: a .csv file (with a header) or a .jsonl file.
             text: the column (key) holding the text.
             label: the column (key) holding the class.
-            max_length: bytes kept of each text (its first ones).
+            max_length: tokens kept of each text (its first ones).
+            tokenizer: a Hugging Face tokenizer (a directory or a hub id in the local cache: a pretrained model's
+                own, ``project.hf``) instead of bytes.
             normalize: must stay false (token ids are not standardised).
             **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
         """
         super().__init__(normalize=normalize, **engine)
         if max_length < 1:
             raise ConfigError(f"data.max_length={max_length!r}: a text must keep at least one byte.")
-        self.vocabulary = list(VOCABULARY)
+        self.vocabulary, self.pad_id = list(VOCABULARY), PAD
+        self._tokenizer = None
+        if tokenizer is not None:
+            from project.hf import pretrained_path, transformers_module
+
+            where = pretrained_path(tokenizer, "data.tokenizer", download=False)
+            self._tokenizer = transformers_module().AutoTokenizer.from_pretrained(where, local_files_only=True)
+            if self._tokenizer.pad_token_id is None:
+                raise ConfigError(f"data.tokenizer={tokenizer!r} has no pad token: a batch of texts needs one.")
+            self.vocabulary = self._tokenizer.convert_ids_to_tokens(list(range(len(self._tokenizer))))
+            self.pad_id = self._tokenizer.pad_token_id
+        self.collate_fn = functools.partial(pad_batch, pad=self.pad_id)
         self.input_shape = (max_length,)
         if self.restored():  # the class names from the checkpoint: the file is not read
             return
@@ -105,7 +119,16 @@ class LabelledTextDataModule(DataModule):
     def encode(self, text: str, where: str) -> Tensor:
         if not text:  # a text of no token: nothing for the net to read (and its mean over no token is undefined)
             raise ConfigError(f"{where}: an empty text; every text needs at least one character.")
+        if self._tokenizer is not None:  # with the model's special tokens ([CLS] ... [SEP]), as it was pretrained
+            ids = self._tokenizer(text, truncation=True, max_length=self.input_shape[0])["input_ids"]
+            return torch.tensor(ids, dtype=torch.int64)
         return torch.tensor(list(text.encode("utf-8"))[: self.input_shape[0]], dtype=torch.int64)
+
+    def tokenizer_object(self) -> Any:
+        """The Hugging Face tokenizer (``data.tokenizer``), for an export to transformers."""
+        if self._tokenizer is None:
+            raise ConfigError("this run's data has no Hugging Face tokenizer (data.tokenizer): its tokens are bytes.")
+        return self._tokenizer
 
     def load_dataset(self) -> Dataset:
         index = {name: i for i, name in enumerate(self.target_names)}
@@ -130,11 +153,17 @@ class LabelledTextDataModule(DataModule):
         return _Texts([self.encode(t, f"{where}, text {i}") for i, t in enumerate(texts, 1)], [-1] * len(texts))
 
     def run_files(self) -> dict[str, str]:
-        """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), as plain JSON."""
+        """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), or the Hugging Face one's own
+        file, as plain JSON."""
+        if self._tokenizer is not None:
+            return {"tokenizer.json": self._tokenizer.backend_tokenizer.to_str()}
         tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": {"<pad>": PAD}, "vocabulary": self.vocabulary}
         return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
 
     def show(self, sample: Tensor, ax: Any) -> None:
-        text = bytes(i for i in sample.tolist() if i != PAD).decode("utf-8", errors="replace")
+        if self._tokenizer is not None:
+            text = self._tokenizer.decode([i for i in sample.tolist() if i != self.pad_id])
+        else:
+            text = bytes(i for i in sample.tolist() if i != PAD).decode("utf-8", errors="replace")
         ax.text(0.0, 1.0, text[:200], va="top", family="monospace", fontsize=7, wrap=True)
         ax.set_axis_off()

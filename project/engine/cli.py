@@ -316,6 +316,13 @@ class CLI(LightningCLI):
                 "task for these targets (configs/tasks/*.yaml), or set the DataModule's target type (e.g. "
                 "data.target_type for a CSV)."
             )
+        # A net that masks padding names the id it takes for it (a pretrained model's); the data must pad with it.
+        net_pad, data_pad = getattr(task.net, "pad_id", None), getattr(data, "pad_id", None)
+        if None not in (net_pad, data_pad) and net_pad != data_pad:
+            raise ConfigError(
+                f"model.net.class_path={type(task.net).__name__} takes id {net_pad} for padding, but the data pads "
+                f"with {data_pad}: give the data the model's own tokenizer (e.g. data.tokenizer)."
+            )
         # The net may declare the input statistics it expects (a pretrained backbone: its pretraining's); the
         # DataModule, which alone knows the data, applies them unless its config says otherwise.
         expected = getattr(task.net, "input_statistics", None)

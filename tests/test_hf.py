@@ -1,0 +1,193 @@
+"""The Hugging Face example (project/hf.py, configs/tasks/hf_text_classification.yaml): a pretrained encoder as the
+Classifier's net, fine-tuned fully or with LoRA, and exported back to transformers. The pretrained model is a tiny
+BERT with a WordPiece tokenizer, built here and saved as a real checkpoint is (nothing can be downloaded)."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DIGITS, PYTHONPATH, ROOT, fit
+
+from project.engine.errors import ConfigError
+
+pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
+pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
+
+HF = str(ROOT / "tests" / "configs" / "hf_text_classification.yaml")
+SHORT = ("--trainer.max_epochs=8", "--trainer.log_every_n_steps=1")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(lines_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from make_example_data import write_tiny_encoder
+
+    with open(lines_csv, encoding="utf-8") as f:
+        texts = [row["text"] for row in csv.DictReader(f)]
+    return write_tiny_encoder(tmp_path_factory.mktemp("hf") / "tiny-bert", texts)
+
+
+def _given(lines_csv: Path, tiny_bert: Path) -> tuple[str, ...]:
+    return (f"--data.path={lines_csv}", f"--data.tokenizer={tiny_bert}",
+            f"--model.net.init_args.name_or_path={tiny_bert}")  # fmt: skip
+
+
+def _batch(lines_csv: Path, tiny_bert: Path, n: int = 12) -> tuple[torch.Tensor, torch.Tensor, int]:
+    from project.data import LabelledTextDataModule
+
+    data = LabelledTextDataModule(path=str(lines_csv), tokenizer=str(tiny_bert), max_length=48)
+    with open(lines_csv, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))[:n]
+    ids = [data.encode(row["text"], "row") for row in rows]
+    labels = [data.target_names.index(row["label"]) for row in rows]
+    x, y = data.collate_fn(list(zip(ids, torch.tensor(labels), strict=True)))
+    return x, y, data.pad_id
+
+
+@pytest.mark.guarantee(
+    "a Hugging Face encoder as the Classifier's net: the loss on a batch is transformers' own `outputs.loss` on the "
+    "same model and data, and padding changes no text's logits (the net masks the tokenizer's pad id)",
+    unmutated="an example's own code",
+)
+def test_the_loss_is_transformers_own_and_padding_changes_nothing(lines_csv: Path, tiny_bert: Path) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    from project.hf import HFClassifier
+    from project.tasks import Classifier
+
+    x, y, pad = _batch(lines_csv, tiny_bert)
+    assert (x == pad).any(), "the batch must hold padding for this test to mean anything"
+    torch.manual_seed(0)  # the new head's initialisation, the same in both
+    net = HFClassifier((48,), 3, str(tiny_bert))
+    # from_pretrained returns eval mode, which Lightning would keep for the whole run: dropout off.
+    assert all(module.training for module in net.modules())
+    task = Classifier(net=net, target_names=["a", "b", "c"]).eval()
+    torch.manual_seed(0)
+    reference = AutoModelForSequenceClassification.from_pretrained(
+        tiny_bert, num_labels=3, dtype=torch.float32, ignore_mismatched_sizes=True
+    ).eval()
+    with torch.no_grad():
+        ours = task.loss(task(x), y).mean()
+        theirs = reference(input_ids=x, attention_mask=(x != pad).long(), labels=y).loss
+        # The same model, weights and ops: equal up to float32 rounding of the mean's summation order.
+        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+        alone = torch.cat([task(x[i : i + 1, : int((x[i] != pad).sum())]) for i in range(len(x))])
+        # Padding masked out: only the reductions' order changes with the padded length (float32: ~1e-6).
+        torch.testing.assert_close(task(x), alone, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.guarantee(
+    "a model that is not a local directory nor in the local Hugging Face cache is refused in one sentence naming "
+    "the key (nothing is downloaded unless asked), and a net whose pad id is not the data's is refused",
+    unmutated="an example's own code",
+)
+def test_a_missing_model_and_a_pad_id_the_data_does_not_use_are_refused(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path
+) -> None:
+    from project.hf import HFClassifier
+
+    with pytest.raises(ConfigError, match=r"model\.net\.init_args\.name_or_path='.*nope': not a local directory"):
+        HFClassifier((8,), 2, str(tmp_path / "nope"))
+    bytes_data = ("--data.tokenizer=null",)  # byte tokens, padded with 256; the model pads with its own id
+    with pytest.raises(ConfigError, match=r"takes id 0 for padding, but the data pads with 256"):
+        fit(tmp_path, *_given(lines_csv, tiny_bert), *bytes_data, *SHORT, configs=(DIGITS, HF))
+
+
+def _logits_in_a_fresh_process(directory: Path, texts: list[str], adapter_of: Path | None = None) -> torch.Tensor:
+    """What plain transformers (and peft, for an adapter) computes from an exported directory: no project code."""
+    script = (
+        "import sys, torch\n"
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
+        "directory, out, base = sys.argv[1], sys.argv[2], sys.argv[3]\n"
+        "texts = sys.argv[4:]\n"
+        "tokenizer = AutoTokenizer.from_pretrained(directory)\n"
+        "if base:\n"
+        "    from peft import PeftModel\n"
+        "    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=3, dtype=torch.float32)\n"
+        "    model = PeftModel.from_pretrained(model, directory)\n"
+        "else:\n"
+        "    model = AutoModelForSequenceClassification.from_pretrained(directory, dtype=torch.float32)\n"
+        "batch = tokenizer(texts, padding=True, truncation=True, max_length=48, return_tensors='pt')\n"
+        "with torch.no_grad():\n"
+        "    torch.save(model.eval()(**batch).logits, out)\n"
+    )
+    out = directory.parent / f"logits-{directory.name}.pt"
+    subprocess.run([sys.executable, "-c", script, str(directory), str(out), str(adapter_of or ""), *texts],
+                   check=True, env={"PYTHONPATH": PYTHONPATH, "HF_HUB_OFFLINE": "1", "PATH": ""},
+                   capture_output=True, timeout=240)  # fmt: skip
+    return torch.load(out)
+
+
+def _checkpoint_logits(run: Path, texts: list[str]) -> tuple[torch.Tensor, list[str]]:
+    from project.engine.runs import load_run
+
+    model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)
+    x, _ = data.collate_fn([(data.encode(t, "text"), torch.tensor(0)) for t in texts])
+    with torch.no_grad():
+        return model.eval()(x), list(data.target_names)
+
+
+@pytest.mark.guarantee(
+    "full fine-tuning of a Hugging Face encoder learns (val acc well above chance on three classes), and its export "
+    "loads back into plain transformers in a fresh process with the same logits and the class names in its config",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_full_fine_tuning_learns_and_its_export_is_the_same_model_in_transformers(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoConfig
+
+    from project.hf import save_pretrained
+
+    cli = fit(tmp_path, *_given(lines_csv, tiny_bert), *SHORT, configs=(DIGITS, HF))
+    assert cli.trainer.checkpoint_callback.best_model_score > 0.55  # val/acc; chance is 1/3
+    run = Path(cli.trainer.log_dir)
+    out = save_pretrained(run)
+    assert not (out / "adapter").exists()
+    texts = ["x = compute(y)", "Return the sum of the two numbers.", "why this is needed here"]
+    ours, names = _checkpoint_logits(run, texts)
+    theirs = _logits_in_a_fresh_process(out / "model", texts)
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6)  # the same weights and ops, another process
+    config = AutoConfig.from_pretrained(out / "model")
+    assert config.id2label == dict(enumerate(names)) and config.problem_type == "single_label_classification"
+
+
+@pytest.mark.guarantee(
+    "LoRA fine-tuning trains only the adapters and the head (the base's weights end as they began; the trainable "
+    "count is peft's); the adapter alone, loaded by peft onto the base in a fresh process, gives the run's logits, "
+    "and the merged model gives them within 1e-4 of their scale",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_lora_trains_only_the_adapters_and_exports_the_adapter_and_the_merged_model(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from safetensors.torch import load_file
+
+    from project.hf import save_pretrained
+
+    lora = ("--model.net.init_args.lora={r: 4, alpha: 8, dropout: 0.0}", "--model.optimizer.init_args.lr=0.01")
+    cli = fit(tmp_path, *_given(lines_csv, tiny_bert), *SHORT, *lora, configs=(DIGITS, HF))
+    peft_model = cli.model.net.model
+    trainable, _ = peft_model.get_nb_trainable_parameters()
+    assert f"LoRA: {trainable:,} of" in capsys.readouterr().out
+    base = load_file(tiny_bert / "model.safetensors")
+    trained = dict(peft_model.base_model.model.named_parameters())
+    for name, tensor in base.items():  # the encoder's every weight, frozen: bitwise as pretrained
+        key = f"bert.{name}" if f"bert.{name}" in trained else f"bert.{name}".replace(".weight", ".base_layer.weight")
+        key = key if key in trained else key.replace(".bias", ".base_layer.bias")
+        assert torch.equal(trained[key].detach(), tensor), name
+    run = Path(cli.trainer.log_dir)
+    out = save_pretrained(run)
+    texts = ["x = compute(y)", "Return the sum of the two numbers.", "why this is needed here"]
+    ours, _ = _checkpoint_logits(run, texts)
+    adapter = _logits_in_a_fresh_process(out / "adapter", texts, adapter_of=tiny_bert)
+    torch.testing.assert_close(adapter, ours, rtol=1e-5, atol=1e-6)
+    merged = _logits_in_a_fresh_process(out / "model", texts)
+    # Merging adds B·A into each base weight: float32 rounding of those sums, peft's own tolerance (1e-4).
+    assert (merged - ours).abs().max() <= 1e-4 * max(1.0, ours.abs().max().item())
+    assert not torch.equal(F.softmax(ours, -1), F.softmax(torch.zeros_like(ours), -1))  # a trained head
