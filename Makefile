@@ -24,13 +24,14 @@ MLFLOW_PORT ?= 5000
 LOCKED ?=
 # make new-project: the new repository's folder (new or empty), beside this checkout by default.
 DEST ?= ../$(NAME)
-# make new-project: the shipped examples to copy (scripts/shipped_examples.py), e.g. KEEP="table regression"; all, none.
+# make new-project: the shipped examples to copy (scripts/shipped_examples.json), e.g. KEEP="table regression"; all, none.
 KEEP ?= all
-# make update-engine: a newer checkout of the template (default: template.toml's source).
+# make update-engine: the template's version to merge, a tag or commit of the template .copier-answers.yml names
+# (default: its newest tag, else its HEAD).
 TEMPLATE ?=
 
 VENV := .venv
-# The package (its folder and import name; scripts/new_project.py renames it in a repository of your own).
+# The package (its folder and import name; make new-project renames it in a repository of your own).
 PACKAGE := project
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed$(if $(LOCKED),-locked)
@@ -62,12 +63,31 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	$(DROP_UNLOADABLE_TORCHVISION)
 	touch $@
 
+# copier (copier.yml) makes and updates a repository of your own: installed into .venv alone if make install has not.
+COPIER = @test -x $(BIN)/copier || { test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); $(BIN)/pip install -q $(CONSTRAINTS) 'copier>=9'; }
+GIT_AS_TEMPLATE := git -c user.name=new-project -c user.email=new-project@localhost -c init.defaultBranch=main
+space := $(subst ,, )
+
 new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
 	@test -n "$(NAME)" || { echo "error: NAME= the new package's name, e.g. make new-project NAME=churn" >&2; exit 2; }
-	$(PYTHON) scripts/new_project.py --name $(NAME) --dest $(DEST) $(if $(KEEP),--keep $(KEEP))
+	@test -f copier.yml || { echo "error: this checkout is no template (no copier.yml): run make new-project in the template's." >&2; exit 2; }
+	@! { test -e "$(DEST)" && { test ! -d "$(DEST)" || test -n "$$(ls -A "$(DEST)")"; }; } \
+		|| { echo "error: DEST='$(DEST)' exists and is not an empty folder: name a new one." >&2; exit 2; }
+	@$(PYTHON) scripts/new_project.py check $(NAME) "" $(filter-out all none,$(KEEP))
+	@test -z "$$(git status --porcelain)" || echo "warning: this checkout's uncommitted changes go into $(DEST) too, but make update-engine there needs a commit of the template: commit them first." >&2
+	$(COPIER)
+	$(BIN)/copier copy --trust --quiet --defaults --vcs-ref HEAD --data package=$(NAME) \
+		$(if $(filter-out all,$(KEEP)),--data 'keep=[$(subst $(space),$(comma)$(space),$(strip $(filter-out none,$(KEEP))))]') \
+		$(CURDIR) $(DEST)
+	cd $(DEST) && $(GIT_AS_TEMPLATE) init -q && $(GIT_AS_TEMPLATE) add -A \
+		&& $(GIT_AS_TEMPLATE) commit -q -m "$(NAME): a new project from the Lightning template at $$(git -C $(CURDIR) rev-parse --short HEAD)"
+	@echo "New repository $(DEST) (package $(NAME)), one commit. Next: cd $(DEST) && make install && make test"
 
-update-engine: ## in a repository made by new-project: merge a newer template's engine, engine tests, scripts, Makefile (TEMPLATE=)
-	$(PYTHON) scripts/update_engine.py $(if $(TEMPLATE),--template $(TEMPLATE))
+update-engine: ## in a repository made by new-project: merge the template's newer version three ways (copier update; TEMPLATE= a version)
+	$(COPIER)
+	$(BIN)/copier update --trust --quiet --defaults --conflict inline $(if $(TEMPLATE),--vcs-ref $(TEMPLATE))
+	@test -z "$$(git ls-files --unmerged)" || { echo "Conflict markers in: $$(git diff --name-only --diff-filter=U | sort -u | tr '\n' ' ')- resolve them, make test, commit." >&2; exit 1; }
+	@echo "Merged the template's newer version: review with git diff, run make test, commit."
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
 	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')

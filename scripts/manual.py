@@ -1,7 +1,7 @@
 """The manual: README.md, then the reference pages under docs/ by name. What checks the manual reads every page
-through this (tests/test_readme.py, the guarantees table, the examples' code shown verbatim), and
-scripts/new_project.py cuts a left-out example out of each page, so a section may move between pages without a
-checker losing it. Only the standard library: scripts/new_project.py reads it before any install."""
+through this (tests/test_readme.py, the guarantees table, the examples' code shown verbatim), as copier's task
+(scripts/new_project.py) cuts a left-out example out of each of these pages, so a section may move between pages
+without a checker losing it. Only the standard library."""
 
 import re
 from pathlib import Path

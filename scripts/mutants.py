@@ -44,9 +44,13 @@ TEST_SPLIT_IDS = "tests/test_table.py::test_predictions_on_the_test_split_carry_
 NOTEBOOK_ON_A_COPY = (
     "tests/test_contract.py::test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps"
 )
-NEW_REPOSITORY = "tests/test_new_project.py::test_the_new_repository_is_the_template_renamed_in_one_commit"
+NEW_REPOSITORY = (
+    "tests/test_new_project.py::test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples"
+)
 NEW_REPOSITORY_TESTS = "tests/test_new_project.py::test_the_new_repositorys_tests_pass_in_it"
-ENGINE_UPDATE = "tests/test_update_engine.py::test_a_newer_templates_machinery_merges_into_the_repository_three_ways"
+BAD_NEW_PROJECT = "tests/test_new_project.py::test_bad_input_is_refused_in_one_sentence_writing_nothing"
+REFUSED_NEW_PROJECT = "tests/test_new_project.py::test_a_destination_holding_files_or_a_left_out_default_is_refused"
+ENGINE_UPDATE = "tests/test_update_engine.py::test_a_newer_template_merges_into_the_repository_three_ways"
 SHIPPED = (
     Mutant("warmup-is-linear", "project/recipe.py",
            "lrs.append(base_lr * (self.last_epoch + 1) / self.warmup_steps)", "lrs.append(base_lr)",
@@ -202,27 +206,64 @@ SHIPPED = (
            ("tests/test_observability.py::test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence",)),
     Mutant("new-project-renames-module-paths", "scripts/new_project.py",
            'r"(?<![\\w.-]){old}(?=\\.[A-Za-z_])",', 'r"(?!x)x",',
-           (NEW_REPOSITORY_TESTS,)),
+           (NEW_REPOSITORY,)),
     Mutant("a-left-out-example-leaves-the-packages-imports", "scripts/new_project.py",
-           "        if not (found and found.group(1) in modules):", "        if True:",
+           '    kept = [line for line in lines if not ((m := re.match(r"from ([\\w.]+) import ", line)) and m.group(1) '
+           "in modules)]",
+           "    kept = list(lines)",
            (NEW_REPOSITORY,)),
     Mutant("only-the-examples-that-are-there-count", "scripts/shipped_examples.py",
            ") and all(present(n, root) for n in example.needs)", ") or True",
            (NEW_REPOSITORY_TESTS,)),
-    Mutant("an-example-declares-what-builds-on-it", "scripts/shipped_examples.py",
-           '        needs=("images",),  # its tests and configs fine-tune on an image folder', "        needs=(),",
+    Mutant("an-example-declares-what-builds-on-it", "scripts/shipped_examples.json",
+           '  "timm": {"needs": ["images"], "files": [', '  "timm": {"needs": [], "files": [',
            ("tests/test_shipped_examples.py::test_nothing_outside_an_example_names_its_code_or_its_configs",)),
+    Mutant("a-left-out-examples-files-stay-behind", "copier.yml",
+           '  - "{% for name in removed %}{% for file in examples[name].files %}{{ file }}\\n{% endfor %}{% endfor %}"',
+           '  - "~nothing"',
+           (NEW_REPOSITORY,)),
+    Mutant("a-kept-example-brings-what-it-builds-on", "copier.yml",
+           "    {%- set ns.kept = ns.kept + examples[name].needs -%}{%- endfor -%}{%- endfor -%}",
+           "    {%- endfor -%}{%- endfor -%}",
+           (NEW_REPOSITORY,)),
+    Mutant("copier-renames-the-package", "copier.yml",
+           '/scripts/new_project.py", "rename",', '/scripts/new_project.py", "check",',
+           (NEW_REPOSITORY, ENGINE_UPDATE)),
+    Mutant("copier-asks-for-a-package-name-python-can-import", "copier.yml",
+           "    {% if not package | regex_search('^[a-z][a-z0-9_]*$') or package in ['and', 'as', 'assert', 'async', "
+           "'await',",
+           "    {% if false and package in ['and', 'as', 'assert', 'async', 'await',",
+           (BAD_NEW_PROJECT,)),
+    Mutant("copier-checks-the-answers-it-cannot-ask", "copier.yml",
+           "    when: \"{{ _copier_operation == 'copy' }}\"", '    when: "{{ false }}"',
+           (BAD_NEW_PROJECT, REFUSED_NEW_PROJECT)),
+    Mutant("a-package-name-that-shadows-a-module-is-refused", "scripts/new_project.py",
+           "    if name != OLD and (name in sys.stdlib_module_names or importlib.util.find_spec(name) is not None):",
+           "    if False:",
+           (BAD_NEW_PROJECT,)),
+    Mutant("a-destination-holding-files-is-refused", "Makefile",
+           '\t@! { test -e "$(DEST)" && { test ! -d "$(DEST)" || test -n "$$(ls -A "$(DEST)")"; }; } \\',
+           "\t@true \\",
+           (REFUSED_NEW_PROJECT,)),
     Mutant("absent-default-data-is-named", "tests/conftest.py",
            'if key in ("path", "root") and value is not None and not (root / str(value)).exists():', "if False:",
            ("tests/test_config.py::test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_sentence",)),
     Mutant("a-default-the-new-repository-cannot-run-is-refused", "scripts/new_project.py",
            "    if needed:", "    if False:",
-           ("tests/test_new_project.py::test_a_default_config_that_selects_a_left_out_example_is_refused",)),
-    Mutant("an-update-keeps-your-changes", "scripts/update_engine.py",
-           "        if ours == old:  # unchanged by you: the template's", "        if True:",
+           (REFUSED_NEW_PROJECT,)),
+    Mutant("an-update-moves-the-templates-package-into-yours", "scripts/new_project.py",
+           "        if target != source:  # into the package's new folder (over your file there: copier merges yours "
+           "back)",
+           "        if target != source and not target.exists():",
            (ENGINE_UPDATE,)),
-    Mutant("an-update-renames-to-your-package", "scripts/update_engine.py",
-           "(t if t is None or verbatim else new_project.rename(", "(t if True else new_project.rename(",
+    Mutant("an-update-leaves-your-own-files-alone", "scripts/new_project.py",
+           '    rendered = [f for f in ours if f not in left_out and not f.startswith(".git/") and (dest / f)'
+           ".is_file()]",
+           '    rendered = [str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and ".git" not in '
+           "p.parts]",
+           (ENGINE_UPDATE,)),
+    Mutant("an-update-leaves-conflict-markers", "Makefile",
+           " --conflict inline ", " --conflict rej ",
            (ENGINE_UPDATE,)),
     Mutant("the-sweep-takes-the-tasks-direction", "project/engine/sweep/spec.py",
            'spec.direction = "maximize" if direction == "max" else "minimize"', 'spec.direction = "maximize"',
@@ -389,7 +430,7 @@ def _copy_of_the_checkout(into: Path) -> Path:
         if name and (ROOT / name).is_file():
             (into / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, into / name)
-    # A git checkout of its own, as yours is (provenance, `make new-project` and the suite's clean-tree check read it).
+    # A git checkout of its own, as yours is (provenance, copier and the suite's clean-tree check read it).
     git = ["git", "-c", "user.name=mutants", "-c", "user.email=mutants@localhost"]
     for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the checkout, unmutated"]):
         subprocess.run([*git, *step], cwd=into, check=True, capture_output=True)

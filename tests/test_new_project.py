@@ -1,7 +1,7 @@
-"""``make new-project``: your own repository, the package renamed everywhere code names it, one commit, and its
-tests pass there. Copied as it is into the new repository (it names no package), so it checks the next one too."""
+"""``make new-project`` (copier copy of this template, copier.yml): your own repository, the package renamed wherever
+code names it, only the examples kept, one commit, and its tests pass there. On a scratch git copy of this checkout
+(copier reads a template from git), never the checkout itself; the template's own, so a new repository has none."""
 
-import json
 import os
 import re
 import subprocess
@@ -9,93 +9,130 @@ import sys
 from pathlib import Path
 
 import manual  # scripts/ (conftest puts it on the path)
-import new_project
 import pytest
 from conftest import PACKAGE, ROOT
-from shipped_examples import EXAMPLES, present, selected_by, with_needs
+from shipped_examples import EXAMPLES, present
 
 # The template making a repository of yours (its examples and manual as they ship): `make check-manual` (the
-# template's CI) runs these; in your repository, whose README and examples are yours, `make test` leaves them out.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.manual,
-    pytest.mark.guarantee(
-        "`make new-project` renames the package wherever code names it (the new repository's tests of its configs, "
-        "manual, guarantees and examples pass with the template's package unimportable; pyproject names only its "
-        "tables `project`), one commit, `template.toml` records the commit; `KEEP` copies only the examples kept "
-        "and what each builds on, without the others' files, imports, README text, guarantees and mutants; a "
-        "bad `NAME`, a `DEST` holding files, an unknown example or a `KEEP` without the example "
-        "`configs/default.yaml` selects is refused in one sentence, writing nothing"
-    ),
-]
+# template's CI) runs these.
+pytestmark = [pytest.mark.slow, pytest.mark.manual]
+NEW = "churn"
+BIN = Path(sys.executable).parent  # copier, in this interpreter's environment (the dev install has it)
+# Your name on no commit: the tests' own, for git and for the commits copier makes in its scratch folders.
+GIT_ENV = {"GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@localhost", "GIT_COMMITTER_NAME": "test",
+           "GIT_COMMITTER_EMAIL": "test@localhost"}  # fmt: skip
+# What makes and updates repositories: the template's, never copied into one.
+TEMPLATE_ONLY = {"copier.yml", "{{ _copier_conf.answers_file }}.jinja", "scripts/new_project.py",
+                 "tests/test_new_project.py", "tests/test_update_engine.py", "COPIER_DOCS.md"}  # fmt: skip
+# Where code names a package: a dotted path, a path into it, `-m pkg`, `import pkg`, `from pkg`.
+CODE_NAMES = r"(?<![\w.-]){0}\.[A-Za-z_]|(?<![\w.-]){0}/|-m {0}\b|\bimport {0}\b|\bfrom {0}\b"
 
 
-def _make(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "new_project.py"), *args],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+def run(*args: str | Path, cwd: Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **GIT_ENV, **kwargs.pop("env", {})}  # type: ignore[dict-item]
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-# Every example (the default), and only the table (with the engine and the offline default every repository keeps;
-# in a repository without the table: no example), and what configs/default.yaml selects (whatever it is: yours).
-SELECTED = selected_by((ROOT / "configs" / "default.yaml").read_text())
-KEEPS = {"all": None, **({"table": ["table", *SELECTED]} if present("table") else {"none": SELECTED or ["none"]})}
-NEW = "churn" if PACKAGE != "churn" else "churn_next"  # the new package: another name than this repository's
+def make(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A target of the Makefile at ``cwd``, with copier and Python from this environment (the copy has no .venv)."""
+    return run("make", "--no-print-directory", *args, f"BIN={BIN}", f"PYTHON={sys.executable}", cwd=cwd)
+
+
+def template_copy(into: Path) -> Path:
+    """This checkout's files (what git tracks and new files it does not ignore) as a template: a git repository."""
+    listed = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    for name in subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0"):
+        if name and (ROOT / name).is_file():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            (into / name).write_bytes((ROOT / name).read_bytes())
+            (into / name).chmod((ROOT / name).stat().st_mode)
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the template"]):
+        assert run("git", *step, cwd=into).returncode == 0
+    return into
+
+
+def kept_with_needs(keep: list[str]) -> set[str]:
+    kept = set(keep)
+    while more := {n for k in kept for n in EXAMPLES[k].needs} - kept:
+        kept |= more
+    return kept
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return template_copy(tmp_path_factory.mktemp("template"))
+
+
+# Every example (the default), and the regression alone (which brings the table it reads), if the template has it.
+KEEPS = {"all": list(EXAMPLES), **({"regression": ["regression"]} if present("regression") else {})}
 
 
 @pytest.fixture(scope="module", params=list(KEEPS))
-def churn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("new") / "churn"
-    keep = KEEPS[request.param]
-    made = _make("--name", NEW, "--dest", str(dest), *(["--keep", *keep] if keep else []))
-    assert made.returncode == 0, made.stderr
+def churn(request: pytest.FixtureRequest, template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("new") / NEW
+    keep = "all" if request.param == "all" else " ".join(KEEPS[request.param])
+    made = make("new-project", f"NAME={NEW}", f"DEST={dest}", f"KEEP={keep}", cwd=template)
+    assert made.returncode == 0, made.stdout + made.stderr
     return dest
 
 
-def test_the_new_repository_is_the_template_renamed_in_one_commit(churn: Path) -> None:
-    git = lambda *a: subprocess.run(["git", *a], cwd=churn, capture_output=True, text=True, check=True).stdout  # noqa: E731
+@pytest.mark.guarantee(
+    "`make new-project` (copier copy) renames the package wherever code names it (imports, the configs' class "
+    "paths, `-m`, pyproject's name, extras and console script, the Makefile's `PACKAGE`), in one commit with "
+    "`.copier-answers.yml`; `KEEP` copies only the examples kept and what each builds on, without the others' "
+    "files, imports and text in the manual; the template's own copier files stay behind"
+)
+def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(churn: Path, template: Path) -> None:
+    git = lambda *a: run("git", *a, cwd=churn).stdout  # noqa: E731
     assert len(git("log", "--format=%H").split()) == 1 and git("status", "--porcelain") == ""
-    listed = ["git", "ls-files", "--cached", "--others", "--exclude-standard"]  # what git keeps, new files too
-    template_files = subprocess.run(listed, cwd=ROOT, capture_output=True, text=True).stdout.split()
-    kept = json.loads(re.search(r"(?m)^examples = (.*)$", (churn / "template.toml").read_text()).group(1))
-    left_out = {f for name, example in EXAMPLES.items() if name not in kept for f in example.files}
-    expected = {new_project.rename(f, PACKAGE, NEW) for f in template_files
-                if (ROOT / f).is_file() and f not in left_out}  # fmt: skip
-    assert set(git("ls-files").split()) == expected | {"template.toml"}
-    assert kept == [name for name in EXAMPLES if present(name)] or kept == with_needs(["table", *SELECTED])
-    # What a left-out example was is gone with its files: its imports, its text on every page of the manual.
-    every_page = manual.text(churn)
-    layout = manual.section(churn, "Layout")[1]
-    for name in set(EXAMPLES) - set(kept):
-        assert f"<!-- example: {name} -->" not in every_page
-        files = [Path(f).name for f in EXAMPLES[name].files if f.endswith(".py")]
-        listed = [f for f in files if re.search(rf"\s{re.escape(f)}\s", layout)]
-        assert not listed, f"the README's Layout lists {listed} of the left-out {name}"
-        for module in EXAMPLES[name].modules:
-            part, _, file = module.partition(".")
-            assert f"{NEW}.{part}.{file} import" not in (churn / NEW / part / "__init__.py").read_text()
-    assert (churn / NEW / "engine" / "cli.py").is_file() and not (churn / PACKAGE).exists()
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    assert f'commit = "{head}"' in (churn / "template.toml").read_text()
-    # No code names the old package any more: renaming again changes nothing (prose saying "project" stays).
-    for relative in git("ls-files").split():
-        path = churn / relative
-        if relative in new_project.VERBATIM or path.suffix not in {".py", ".yaml", ".toml", ".md", ".ipynb", ""}:
-            continue
-        text = path.read_text()
-        assert new_project.rename(text, PACKAGE, NEW, toml=relative == "pyproject.toml") == text, relative
+    answers = (churn / ".copier-answers.yml").read_text()
+    keep = re.findall(r"(?m)^- (\w+)$", answers)
+    kept = kept_with_needs(keep)
+    assert f"package: {NEW}" in answers and f"_src_path: {template}" in answers
+    left_out = {f for name in set(EXAMPLES) - kept for f in EXAMPLES[name].files}
+    expected = {re.sub(rf"^{PACKAGE}/", f"{NEW}/", f) for f in git("-C", template, "ls-files").splitlines()
+                if f not in left_out and f not in TEMPLATE_ONLY}  # fmt: skip
+    assert set(git("ls-files").splitlines()) == expected | {".copier-answers.yml"}
+    assert not (churn / PACKAGE).exists() and (churn / NEW / "engine" / "cli.py").is_file()
+    # No code names the old package: every text file, the manual's code included (its prose says "project").
+    for relative in git("ls-files").splitlines():
+        if relative != ".copier-answers.yml":
+            named = re.findall(rf".*(?:{CODE_NAMES.format(PACKAGE)}).*", (churn / relative).read_text())
+            named = [line for line in named if not line.startswith("[project")]  # pyproject's own tables
+            assert not named, f"{relative} still names {PACKAGE}: {named[:3]}"
+    default = (churn / "configs" / "default.yaml").read_text()
+    assert f"class_path: {NEW}.engine.checkpoints.AtomicCheckpointIO" in default
+    assert f"-m {NEW} fit" in (churn / "Makefile").read_text()
+    assert re.search(rf"(?m)^PACKAGE := {NEW}$", (churn / "Makefile").read_text())
     pyproject = (churn / "pyproject.toml").read_text()
     assert f'name = "{NEW}"' in pyproject and f'include = ["{NEW}*"]' in pyproject  # what pip installs
+    assert f'{NEW} = "{NEW}.engine.cli:main"' in pyproject and f'"{NEW}[notebooks,' in pyproject
     named = [line for line in pyproject.splitlines() if re.search(rf"\b{PACKAGE}\b", line)]
     # the old name is left only in pyproject's own tables ([project], ...) and its description's prose
-    left = [line for line in named if not (line.startswith("description = ") or new_project.TOML_TABLE.match(line))]
-    assert left == [], left
-    assert re.search(rf"(?m)^PACKAGE := {NEW}$", (churn / "Makefile").read_text())
+    assert all(line.startswith(("[project", "description = ")) for line in named), named
+    # What a left-out example was is gone with its files: its imports, its text on every page of the manual.
+    every_page, layout = manual.text(churn), manual.section(churn, "Layout")[1]
+    inits = (churn / NEW / "tasks" / "__init__.py").read_text() + (churn / NEW / "data" / "__init__.py").read_text()
+    for name in set(EXAMPLES) - kept:
+        assert f"<!-- example: {name} -->" not in every_page
+        for file in [f for f in EXAMPLES[name].files if f.startswith(f"{PACKAGE}/") and f.endswith(".py")]:
+            module = file.removesuffix(".py").replace("/", ".").replace(PACKAGE, NEW, 1)
+            assert f"from {module} import" not in inits
+            assert not re.search(rf"\s{re.escape(Path(file).name)}\s", layout), f"the Layout lists {file}"
+    for name in kept:  # what is kept stays, its text too
+        assert all((churn / re.sub(rf"^{PACKAGE}/", f"{NEW}/", f)).is_file() for f in EXAMPLES[name].files)
+        marker = f"<!-- example: {name} -->"
+        assert every_page.count(marker) == manual.text(template).count(marker)
 
 
+@pytest.mark.guarantee(
+    "a repository from `make new-project` passes its own tests of its configs, manual, guarantees and examples "
+    "with the template's package unimportable"
+)
 def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> None:
-    # Its configs (every class path), its CLI as a process (`-m churn`), its manual's modules and its guarantees
-    # table, with this interpreter (its .venv is the user's to make: make install), in which the template's own
-    # package is installed: a stub first on the path makes importing it an error, so nothing renamed is missed.
+    # Its configs (every class path), its CLI as a process (`-m churn`), its manual's modules and its guarantees,
+    # with this interpreter (its .venv is the user's to make: make install), in which the template's own package
+    # is installed: a stub first on the path makes importing it an error, so nothing renamed is missed.
     stub = tmp_path / "blocked" / PACKAGE
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text(f"raise ImportError('the template\\'s package {PACKAGE} was imported')\n")
@@ -104,45 +141,66 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
     skipped = "not precision and not debug_overlay and not compiled and not every_command"
     if (churn / "tests" / "test_regression.py").is_file():  # every example: its configs parse; the CLI process and
         skipped += " and not warmup and not net_is_swapped"  # the fits run in the repository with fewer (~10 s)
-    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                          "-k", skipped, *tests],
-                         cwd=churn, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(stub.parent)})  # fmt: skip
+    ran = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-k", skipped,
+              *tests, cwd=churn, env={"PYTHONPATH": str(stub.parent)})  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert re.search(r"\d+ passed", ran.stdout) and NEW in (churn / "tests" / "conftest.py").read_text()
 
 
+@pytest.mark.guarantee(
+    "a bad package name (not a lower-case identifier, a keyword, a module of the standard library or one "
+    "installed), an unknown example or a `DEST` holding files is refused in one sentence naming it, writing "
+    "nothing; so is leaving out the example `configs/default.yaml` selects"
+)
 @pytest.mark.parametrize(
-    ("args", "message"),
-    [(["--name", "Churn-1"], "must be a Python identifier in lower case"), (["--name", "json"], "already importable"),
-     (["--name", NEW, "--keep", "tabel"], "tabel is no example of this template; the examples are")],
-    ids=["not-an-identifier", "shadows-a-module", "unknown-example"],
+    ("name", "keep", "message", "copier_says"),
+    [("Churn-1", "table", "package='Churn-1': the package's name must be a Python identifier in lower case",
+      "Validation error for question 'package': package='Churn-1': the package's name must be"),
+     ("class", "table", "package='class': the package's name must be",
+      "Validation error for question 'package': package='class': the package's name must be"),
+     ("json", "table", "package='json': a module of that name is already importable",
+      "error: package='json': a module of that name is already importable"),
+     ("torch", "table", "package='torch': a module of that name is already importable",
+      "error: package='torch': a module of that name is already importable"),
+     (NEW, "table tabel", "tabel is no example; they are table,", "Invalid choice for 'keep': 'tabel' is not in")],
+    ids=["not-an-identifier", "keyword", "stdlib", "installed", "unknown-example"],
 )  # fmt: skip
-def test_bad_input_is_refused_in_one_sentence_writing_nothing(args: list[str], message: str, tmp_path: Path) -> None:
-    made = _make(*args, "--dest", str(tmp_path / "new"))
-    assert made.returncode == 2 and message in made.stderr and "Traceback" not in made.stderr
+def test_bad_input_is_refused_in_one_sentence_writing_nothing(
+    name: str, keep: str, message: str, copier_says: str, template: Path, tmp_path: Path
+) -> None:
+    made = make("new-project", f"NAME={name}", f"DEST={tmp_path / 'new'}", f"KEEP={keep}", cwd=template)
+    errors = [line for line in made.stderr.splitlines() if not line.startswith("make: ***")]
+    assert made.returncode == 2 and len(errors) == 1 and message in errors[0], made.stderr
+    assert not (tmp_path / "new").exists()
+    # copier itself refuses it too, writing nothing: copier.yml's questions (before it writes), its task's check
+    # (after: copier then deletes the folder it made).
+    copied = run(BIN / "copier", "copy", "--trust", "--defaults", "--vcs-ref", "HEAD", "--data", f"package={name}",
+                 "--data", f"keep=[{keep.replace(' ', ', ')}]", template, tmp_path / "new", cwd=tmp_path)  # fmt: skip
+    assert copied.returncode != 0 and copier_says in copied.stderr, copied.stderr[-2000:]
     assert not (tmp_path / "new").exists()
 
 
-def test_a_destination_that_holds_files_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "yours.txt").write_text("kept")
-    made = _make("--name", NEW, "--dest", str(tmp_path))
-    assert made.returncode == 2 and "exists and is not an empty folder" in made.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["yours.txt"]
-
-
-def test_a_default_config_that_selects_a_left_out_example_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.guarantee(
+    "a bad package name (not a lower-case identifier, a keyword, a module of the standard library or one "
+    "installed), an unknown example or a `DEST` holding files is refused in one sentence naming it, writing "
+    "nothing; so is leaving out the example `configs/default.yaml` selects"
+)
+def test_a_destination_holding_files_or_a_left_out_default_is_refused(template: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    (dest / "yours.txt").parent.mkdir()
+    (dest / "yours.txt").write_text("kept")
+    made = make("new-project", f"NAME={NEW}", f"DEST={dest}", cwd=template)
+    assert made.returncode == 2 and f"DEST='{dest}' exists and is not an empty folder" in made.stderr
+    assert [p.name for p in dest.iterdir()] == ["yours.txt"]
     # configs/default.yaml is yours and the new repository keeps it: leaving out what it runs would leave that
     # repository without a default run (its test_config, contract suite and `make train` red).
     if not present("table"):
-        pytest.skip("this repository has no table example to select")
-    config = tmp_path / "default.yaml"
-    config.write_text(f"data:\n  class_path: {PACKAGE}.data.CSVDataModule\n")
-    monkeypatch.setattr(new_project, "DEFAULT_CONFIG", config)
-    with pytest.raises(
-        new_project.Refused, match=r"configs/default\.yaml selects the table example, which KEEP leaves"
-    ):
-        new_project.new_project(NEW, tmp_path / "new", ["none"])
+        pytest.skip("this template has no table example to select")
+    template = template_copy(tmp_path / "template")  # one of its own: its default config changes
+    config = template / "configs" / "default.yaml"
+    config.write_text(config.read_text() + f"data:\n  class_path: {PACKAGE}.data.CSVDataModule\n")
+    assert run("git", "commit", "-qam", "the table by default", cwd=template).returncode == 0
+    made = make("new-project", f"NAME={NEW}", f"DEST={tmp_path / 'new'}", "KEEP=none", cwd=template)
+    assert made.returncode != 0, made.stdout
+    assert "error: configs/default.yaml selects the table example, which keep leaves out" in made.stderr
     assert not (tmp_path / "new").exists()

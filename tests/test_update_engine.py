@@ -1,31 +1,34 @@
-"""``make update-engine``: a newer template's machinery merges into a repository made from an older one, three
-ways, renamed to its package; your rooms are never touched. On a local newer commit of the template, no network.
-Copied as it is into a new repository (it names no package)."""
+"""``make update-engine`` (copier update, copier.yml): a newer version of the template merges into a repository made
+from an older one, three ways, renamed to its package. On a scratch git copy of this checkout with a later commit,
+no network; the template's own, so a new repository has none."""
 
+import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import PACKAGE, ROOT
 from shipped_examples import selected_by
+from test_new_project import BIN, make, run, template_copy
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.manual,
     pytest.mark.guarantee(
-        "`make update-engine` merges a newer template's machinery (the package's `engine/`, the engine tests, "
-        "`scripts/`, `benchmarks/`, the Makefile) three ways into a repository made from an older one, renamed to "
-        "its package: the template's changes arrive, yours stay, both on one line are conflict markers named in "
-        "one sentence (exit 1), new files come, your configs are untouched, `template.toml` records the newer "
-        "commit; a repository with uncommitted changes is refused"
+        "`make update-engine` (copier update) merges the template's newer version into a repository made from an "
+        "older one, three ways, renamed to its package: a file you did not change takes the template's change, "
+        "your change to a file it did not change stays, both changing the same lines leaves conflict markers "
+        "named in one sentence (make fails), new files come renamed, your own files are untouched, "
+        "`.copier-answers.yml` records the newer commit; a repository with uncommitted changes is refused"
     ),
 ]
 NEW = "acme"
-GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+    done = run("git", *args, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -36,70 +39,63 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 @pytest.fixture
 def template_and_repo(tmp_path: Path) -> tuple[Path, Path]:
-    """This checkout as a template of its own (one commit), and a repository made from it (no example but what
-    configs/default.yaml selects: yours, whatever it is)."""
-    template = tmp_path / "template"
-    listed = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
-    for name in subprocess.run(listed, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0"):
-        if name and (ROOT / name).is_file():
-            (template / name).parent.mkdir(parents=True, exist_ok=True)
-            (template / name).write_bytes((ROOT / name).read_bytes())
-    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the template"]):
-        _git(template, *step)
-    repo = tmp_path / NEW
-    keep = selected_by((ROOT / "configs" / "default.yaml").read_text()) or ["none"]
-    made = subprocess.run([sys.executable, str(template / "scripts" / "new_project.py"), "--name", NEW, "--dest",
-                           str(repo), "--keep", *keep], capture_output=True, text=True)  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    """This checkout as a template (one commit), and a repository copier made from it, committed (no example but
+    what configs/default.yaml selects: yours, whatever it is)."""
+    template, repo = template_copy(tmp_path / "template"), tmp_path / NEW
+    keep = selected_by((ROOT / "configs" / "default.yaml").read_text())
+    copied = run(BIN / "copier", "copy", "--trust", "--quiet", "--defaults", "--vcs-ref", "HEAD", "--data",
+                 f"package={NEW}", "--data", f"keep={json.dumps(keep)}", template, repo, cwd=tmp_path)  # fmt: skip
+    assert copied.returncode == 0, copied.stderr
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "mine"]):
+        _git(repo, *step)
     return template, repo
 
 
-def _update(repo: Path, template: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(repo / "scripts" / "update_engine.py"), "--template", str(template),
-                           "--repo", str(repo)], capture_output=True, text=True, timeout=120)  # fmt: skip
-
-
-def test_a_newer_templates_machinery_merges_into_the_repository_three_ways(
-    template_and_repo: tuple[Path, Path],
-) -> None:
+def test_a_newer_template_merges_into_the_repository_three_ways(template_and_repo: tuple[Path, Path]) -> None:
     template, repo = template_and_repo
     engine, ours = template / PACKAGE / "engine", repo / NEW / "engine"
     # The template's later commit: a fix to the monitor, one to errors.py's first line, a new engine module that
-    # imports the package, and a change to a config (yours: never taken).
+    # imports the package, a line on top of the default config.
     _edit(engine / "monitor.py", "import resource\n", "import resource  # a later fix\n")
     first_line = (engine / "errors.py").read_text().splitlines()[0]
     _edit(engine / "errors.py", first_line + "\n", first_line + "  # the template's\n")
     (engine / "later.py").write_text(f"from {PACKAGE}.engine.errors import ConfigError\n")
-    config = template / "configs" / "default.yaml"  # whatever it holds: a line of the template's on top
+    config = template / "configs" / "default.yaml"
     config.write_text("# the template's later default\n" + config.read_text())
     _git(template, "add", "-A")
     _git(template, "commit", "-qm", "later fixes")
-    # Yours: a change of your own in the engine (the end of the monitor), the same first line of errors.py, and
-    # your config.
-    (ours / "monitor.py").write_text((ours / "monitor.py").read_text() + "# mine\n")
+    # Yours: a change to a file the template leaves alone (runs.py), the same first line of errors.py, the end of
+    # your config, and a file of your own that names the template's package folder (a rename would change it).
+    (ours / "runs.py").write_text((ours / "runs.py").read_text() + "# mine\n")
     _edit(ours / "errors.py", first_line + "\n", first_line + "  # mine\n")
     (repo / "configs" / "default.yaml").write_text((repo / "configs" / "default.yaml").read_text() + "# mine\n")
-    _git(repo, "commit", "-qam", "my changes")
+    (repo / "HISTORY.md").write_text(f"Made from the template, whose package was `{PACKAGE}/`.\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "my changes")
 
-    updated = _update(repo, template)
-    assert updated.returncode == 1, updated.stderr  # a conflict: named, with markers, nothing committed
-    assert f"with conflict markers: {NEW}/engine/errors.py" in updated.stdout
-    monitor = (ours / "monitor.py").read_text()
-    assert "import resource  # a later fix\n" in monitor and monitor.endswith("# mine\n")  # both changes
-    assert "<<<<<<< yours" in (ours / "errors.py").read_text()
-    assert (ours / "later.py").read_text() == f"from {NEW}.engine.errors import ConfigError\n"  # renamed
+    updated = make("update-engine", cwd=repo)
+    assert updated.returncode == 2, updated.stdout + updated.stderr  # make fails: conflicts to resolve
+    assert f"Conflict markers in: {NEW}/engine/errors.py - resolve them" in updated.stderr, updated.stderr
+    errors = (ours / "errors.py").read_text()
+    assert f"<<<<<<< before updating\n{first_line}  # mine\n=======\n{first_line}  # the template's\n>>>>>>>" in errors
+    assert "import resource  # a later fix\n" in (ours / "monitor.py").read_text()  # yours unchanged: theirs
+    assert (ours / "runs.py").read_text().endswith("# mine\n")  # theirs unchanged: yours
+    assert (ours / "later.py").read_text() == f"from {NEW}.engine.errors import ConfigError\n"  # new, renamed
     config = (repo / "configs" / "default.yaml").read_text()
-    assert config.endswith("# mine\n") and "the template's later default" not in config  # your room: untouched
-    head = _git(template, "rev-parse", "HEAD").strip()
-    assert f'commit = "{head}"' in (repo / "template.toml").read_text()
+    assert config.startswith("# the template's later default\n") and config.endswith("# mine\n")  # both
+    assert (repo / "HISTORY.md").read_text() == f"Made from the template, whose package was `{PACKAGE}/`.\n"
+    assert not (repo / PACKAGE).exists()  # the package stays renamed
+    head = _git(template, "describe", "--tags", "--always").strip()
+    assert f"_commit: {head}\n" in (repo / ".copier-answers.yml").read_text()
     changed = {line[3:] for line in _git(repo, "status", "--porcelain").splitlines()}
     assert changed == {f"{NEW}/engine/monitor.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
-                       "template.toml"}  # fmt: skip
+                       "configs/default.yaml", ".copier-answers.yml"}  # fmt: skip
 
 
 def test_an_update_of_a_repository_with_uncommitted_changes_is_refused(template_and_repo: tuple[Path, Path]) -> None:
-    template, repo = template_and_repo
+    _, repo = template_and_repo
     (repo / "configs" / "default.yaml").write_text("not committed\n")
-    updated = _update(repo, template)
-    assert updated.returncode == 2 and "has uncommitted changes: commit or stash them first" in updated.stderr
+    updated = make("update-engine", cwd=repo)
+    assert updated.returncode != 0 and "Destination repository is dirty; cannot continue" in updated.stderr
     assert _git(repo, "status", "--porcelain").strip() == "M configs/default.yaml"
+    assert subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".copier-answers.yml"], cwd=repo).returncode == 0
