@@ -13,40 +13,12 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from project.data.labelled_text import pretrained_path, transformers_module
 from project.engine.errors import ConfigError
-
-
-def transformers_module() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise ConfigError(
-            "a Hugging Face model needs the hf extra: pip install -e '.[hf]' (or make install EXTRAS=hf)."
-        ) from None
-    transformers.logging.set_verbosity_error()  # its load report names the new head's weights "missing": by design
-    transformers.logging.disable_progress_bar()
-    return transformers
-
-
-def pretrained_path(name_or_path: str, key: str, download: bool) -> str:
-    """A local directory as given, or a hub id found in the local cache; one sentence naming what to fetch if not."""
-    if Path(name_or_path).is_dir() or download:
-        return name_or_path
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(name_or_path, local_files_only=True)
-    except Exception:  # not in the cache (or not a hub id): huggingface_hub raises several kinds
-        raise ConfigError(
-            f"{key}={name_or_path!r}: not a local directory, nor in the local Hugging Face cache (nothing is "
-            f"downloaded unless download: true): save it on a connected machine (huggingface-cli download "
-            f"{name_or_path}) and copy the cache over, or point {key} at a directory save_pretrained wrote."
-        ) from None
 
 
 @dataclass

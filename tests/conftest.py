@@ -1,3 +1,4 @@
+import csv
 import math
 import os
 import signal
@@ -26,6 +27,7 @@ MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS,
 PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
 LANGUAGE_MODEL = str(ROOT / "tests" / "configs" / "language_model.yaml")  # over DIGITS, --data.path=<text_corpus>
 TEXT_CLASSES = str(ROOT / "tests" / "configs" / "text_classification.yaml")  # over DIGITS, --data.path=<lines_csv>
+HF_TEXT_CLASSES = str(ROOT / "tests" / "configs" / "hf_text_classification.yaml")  # over DIGITS, with tiny_bert
 TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
@@ -159,6 +161,19 @@ def lines_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from make_example_data import write_lines
 
     return write_lines(tmp_path_factory.mktemp("data") / "lines.csv", per_class=100)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(lines_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT and its WordPiece tokenizer learned from the lines, saved as a pretrained model is (the hf
+    extra's; skipped without it)."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
+    pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
+    from make_example_data import write_tiny_encoder
+
+    with open(lines_csv, encoding="utf-8") as f:
+        texts = [row["text"] for row in csv.DictReader(f)]
+    return write_tiny_encoder(tmp_path_factory.mktemp("hf") / "tiny-bert", texts)
 
 
 def default_data_missing(root: Path = ROOT) -> str | None:

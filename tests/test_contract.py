@@ -27,6 +27,7 @@ import pytest
 import torch
 from conftest import (
     DIGITS,
+    HF_TEXT_CLASSES,
     IMAGES,
     LANGUAGE_MODEL,
     MULTILABEL,
@@ -82,7 +83,8 @@ pytestmark = [
     ),
 ]
 # The user's default, then each shipped example this repository still has (deleting one removes its subject).
-EXAMPLE_SUBJECTS = ("images", "regression", "multilabel", "segmentation", "language_model", "text_classification")
+EXAMPLE_SUBJECTS = ("images", "regression", "multilabel", "segmentation", "language_model", "text_classification",
+                    "hf")  # fmt: skip
 SUBJECTS = ("default", *(example for example in EXAMPLE_SUBJECTS if present(example)))
 
 
@@ -107,6 +109,10 @@ def subject(
     """The config arguments of one subject: ``--config`` files and the flags that point them at their data."""
     if request.param == "default" and (why := default_data_missing()):
         pytest.skip(why)
+    if request.param == "hf":  # the tiny BERT is built (and the hf extra needed) for this subject only
+        bert = request.getfixturevalue("tiny_bert")
+        return ("--config", DIGITS, "--config", HF_TEXT_CLASSES, f"--data.path={lines_csv}",
+                f"--data.tokenizer={bert}", f"--model.net.init_args.name_or_path={bert}")  # fmt: skip
     return {
         "default": ("--config", USER_DEFAULT),
         "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),
@@ -201,7 +207,11 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
         for i, text in enumerate(texts):
             ids = decoded[i][0].tolist()
             assert all(0 <= t < len(dm.vocabulary) for t in ids)
-            assert bytes(t for t in ids if dm.vocabulary[t].startswith("<0x")).decode() == text
+            if hasattr(dm, "tokenizer_object") and dm.vocabulary[0] != "<0x00>":  # a pretrained model's tokenizer
+                tokenizer = dm.tokenizer_object()
+                assert ids == tokenizer(text, truncation=True, max_length=dm.input_shape[0])["input_ids"]
+            else:
+                assert bytes(t for t in ids if dm.vocabulary[t].startswith("<0x")).decode() == text
     else:  # a raw input saved as .npy comes back from the predict decoder unchanged
         path = tmp_path / "inputs.npy"
         np.save(path, inputs[:5].numpy())
@@ -305,6 +315,11 @@ def test_an_evaluation_step_makes_the_host_wait_for_nothing(subject: tuple[str, 
     """A validation step (the net, the loss per sample, every metric's update), op by op: none reads a value back
     to the host. On a GPU each such read waits for every queued kernel, at every batch (torchmetrics' argument
     checks did, with torch.unique on the targets: the multi-label task turns them off)."""
+    if HF_TEXT_CLASSES in subject:
+        pytest.skip(
+            "transformers builds the attention mask after asking the host whether any token is padding "
+            "(masking_utils: padding_mask.all()): one sync per forward, in its code"
+        )
     cli = CLI(list(subject), run=False)
     task, dm = cli.model.eval(), cli.datamodule
     dm.setup("fit")
@@ -454,10 +469,11 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
     # One row per test sample, in order: the task's own columns for what the model outputs on that sample.
     outputs, targets = _outputs_by_hand(cli, "test")
     header, expected = task.prediction_table(task.prediction(outputs).float())
-    assert rows[0] == ["index", *header] and "label" not in rows[0]  # `label` would name a true label
+    carried = list(dm.test_columns)  # what the DataModule carries through from the inputs (a text, an ID column)
+    assert rows[0] == ["index", *carried, *header] and "label" not in rows[0]  # `label` would name a true label
     assert len(rows) == len(expected) + 1
     for row, want in zip(rows[1:], expected, strict=True):
-        _assert_same_cells(row[1:], want)
+        _assert_same_cells(row[1 + len(carried) :], want)
     # The logged test scores are the task's metrics over exactly these outputs (the whole split, exact).
     metrics = task.configure_metrics()
     task.update_metrics(metrics, outputs, targets)
@@ -472,7 +488,7 @@ def test_predict_writes_the_tasks_columns_and_test_scores_the_same_outputs(train
           f"--data.predict_path={given}"])  # fmt: skip
     with open(run / "predictions.csv") as f:
         got = list(csv.reader(f))[1:]
-    if dm.input_dtype.is_floating_point:
+    if dm.input_dtype.is_floating_point or "input" in dm.test_columns:
         assert got == rows[1:21]
     else:  # the file's rows name their input (the text): the task's columns are the same
         assert [r[:1] + r[2:] for r in got] == rows[1:21]
@@ -484,7 +500,10 @@ def _test_inputs_file(dm: DataModule, folder: Path) -> Path:
     if dm.input_dtype.is_floating_point:
         np.save(folder / "test_inputs.npy", inputs.numpy())
         return folder / "test_inputs.npy"
-    texts = [bytes(t for t in x.tolist() if dm.vocabulary[t].startswith("<0x")).decode() for x in inputs]
+    if "input" in dm.test_columns:  # the test split's texts as they were read (a WordPiece's decode is no inverse)
+        texts = dm.test_columns["input"][:20]
+    else:
+        texts = [bytes(t for t in x.tolist() if dm.vocabulary[t].startswith("<0x")).decode() for x in inputs]
     # A text per line: a block's own line breaks (and Python's other line separators, as a form feed) as spaces.
     (folder / "test_inputs.txt").write_text("\n".join(" ".join(t.splitlines()) for t in texts if t.strip()))
     return folder / "test_inputs.txt"

@@ -10,24 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DIGITS, PYTHONPATH, ROOT, fit
+from conftest import DIGITS, PYTHONPATH, fit
+from conftest import HF_TEXT_CLASSES as HF
 
 from project.engine.errors import ConfigError
 
 pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
 pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
 
-HF = str(ROOT / "tests" / "configs" / "hf_text_classification.yaml")
 SHORT = ("--trainer.max_epochs=8", "--trainer.log_every_n_steps=1")
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(lines_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from make_example_data import write_tiny_encoder
-
-    with open(lines_csv, encoding="utf-8") as f:
-        texts = [row["text"] for row in csv.DictReader(f)]
-    return write_tiny_encoder(tmp_path_factory.mktemp("hf") / "tiny-bert", texts)
 
 
 def _given(lines_csv: Path, tiny_bert: Path) -> tuple[str, ...]:

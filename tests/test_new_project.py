@@ -23,7 +23,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@localhost", "GIT
            "GIT_COMMITTER_EMAIL": "test@localhost"}  # fmt: skip
 # What makes and updates repositories: the template's, never copied into one.
 TEMPLATE_ONLY = {"copier.yml", "{{ _copier_conf.answers_file }}.jinja", "scripts/new_project.py",
-                 "tests/test_new_project.py", "tests/test_update_engine.py", "COPIER_DOCS.md"}  # fmt: skip
+                 "tests/test_new_project.py", "tests/test_update_engine.py"}  # fmt: skip
 # Where code names a package: a dotted path, a path into it, `-m pkg`, `import pkg`, `from pkg`.
 CODE_NAMES = r"(?<![\w.-]){0}\.[A-Za-z_]|(?<![\w.-]){0}/|-m {0}\b|\bimport {0}\b|\bfrom {0}\b"
 

@@ -3,7 +3,7 @@
 sorts them).
 
 Tokens are bytes (256 ids) and ``<pad>`` (256): nothing to train or ship; or, with ``tokenizer``, a Hugging Face
-tokenizer's (a pretrained model's own: ``project.hf``). A text longer than ``max_length`` tokens is truncated to
+tokenizer's (a pretrained model's own). A text longer than ``max_length`` tokens is truncated to
 its first ``max_length``; a batch is padded to its longest text with the pad id, which the net masks out.
 ``predict`` reads a ``.txt`` file (a text per line) or a file like the training one (its text column).
 """
@@ -62,6 +62,34 @@ def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
     raise ConfigError(f"{key}={str(path)!r}: expected a .csv file with a header or a .jsonl file.")
 
 
+def transformers_module() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise ConfigError(
+            "a Hugging Face model needs the hf extra: pip install -e '.[hf]' (or make install EXTRAS=hf)."
+        ) from None
+    transformers.logging.set_verbosity_error()  # its load report names the new head's weights "missing": by design
+    transformers.logging.disable_progress_bar()
+    return transformers
+
+
+def pretrained_path(name_or_path: str, key: str, download: bool) -> str:
+    """A local directory as given, or a hub id found in the local cache; one sentence naming what to fetch if not."""
+    if Path(name_or_path).is_dir() or download:
+        return name_or_path
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(name_or_path, local_files_only=True)
+    except Exception:  # not in the cache (or not a hub id): huggingface_hub raises several kinds
+        raise ConfigError(
+            f"{key}={name_or_path!r}: not a local directory, nor in the local Hugging Face cache (nothing is "
+            f"downloaded unless download: true): save it on a connected machine (huggingface-cli download "
+            f"{name_or_path}) and copy the cache over, or point {key} at a directory save_pretrained wrote."
+        ) from None
+
+
 class LabelledTextDataModule(DataModule):
     """Texts with a class each, split at random by ``split_seed``."""
 
@@ -85,7 +113,7 @@ class LabelledTextDataModule(DataModule):
             label: the column (key) holding the class.
             max_length: tokens kept of each text (its first ones).
             tokenizer: a Hugging Face tokenizer (a directory or a hub id in the local cache: a pretrained model's
-                own, ``project.hf``) instead of bytes.
+                own) instead of bytes.
             normalize: must stay false (token ids are not standardised).
             **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
         """
@@ -95,8 +123,6 @@ class LabelledTextDataModule(DataModule):
         self.vocabulary, self.pad_id = list(VOCABULARY), PAD
         self._tokenizer = None
         if tokenizer is not None:
-            from project.hf import pretrained_path, transformers_module
-
             where = pretrained_path(tokenizer, "data.tokenizer", download=False)
             self._tokenizer = transformers_module().AutoTokenizer.from_pretrained(where, local_files_only=True)
             if self._tokenizer.pad_token_id is None:
@@ -124,6 +150,12 @@ class LabelledTextDataModule(DataModule):
             return torch.tensor(ids, dtype=torch.int64)
         return torch.tensor(list(text.encode("utf-8"))[: self.input_shape[0]], dtype=torch.int64)
 
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text, padding and a tokenizer's special tokens left out."""
+        if self._tokenizer is not None:
+            return str(self._tokenizer.decode(ids, skip_special_tokens=True))
+        return bytes(i for i in ids if i < PAD).decode("utf-8", errors="replace")
+
     def tokenizer_object(self) -> Any:
         """The Hugging Face tokenizer (``data.tokenizer``), for an export to transformers."""
         if self._tokenizer is None:
@@ -135,6 +167,8 @@ class LabelledTextDataModule(DataModule):
         column, label = self.hparams["text"], self.hparams["label"]
         path = self.hparams["path"]
         ids = [self.encode(str(r[column]), f"data.path={path!r}, row {i}") for i, r in enumerate(self._rows, 1)]
+        _, _, test = self.split_indices(len(self._rows))
+        self.test_columns = {"input": [str(self._rows[i][column]) for i in test]}  # the test split's predictions' texts
         return _Texts(ids, [index[str(r[label])] for r in self._rows])
 
     def load_predict_inputs(self, path: Path) -> Dataset:  # type: ignore[override]
@@ -155,15 +189,14 @@ class LabelledTextDataModule(DataModule):
     def run_files(self) -> dict[str, str]:
         """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), or the Hugging Face one's own
         file, as plain JSON."""
-        if self._tokenizer is not None:
-            return {"tokenizer.json": self._tokenizer.backend_tokenizer.to_str()}
+        if self._tokenizer is not None:  # its vocabulary in id order, and the Hugging Face tokenizer itself
+            tokenizer = {"kind": "huggingface", "special": {"<pad>": self.pad_id}, "vocabulary": self.vocabulary,
+                         "tokenizer": json.loads(self._tokenizer.backend_tokenizer.to_str())}  # fmt: skip
+            return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
         tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": {"<pad>": PAD}, "vocabulary": self.vocabulary}
         return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
 
     def show(self, sample: Tensor, ax: Any) -> None:
-        if self._tokenizer is not None:
-            text = self._tokenizer.decode([i for i in sample.tolist() if i != self.pad_id])
-        else:
-            text = bytes(i for i in sample.tolist() if i != PAD).decode("utf-8", errors="replace")
+        text = self.decode(sample.tolist())
         ax.text(0.0, 1.0, text[:200], va="top", family="monospace", fontsize=7, wrap=True)
         ax.set_axis_off()
