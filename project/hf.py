@@ -1,11 +1,13 @@
-"""A pretrained Hugging Face encoder as the net of a text classifier, fully fine-tuned or with LoRA (needs the ``hf``
-extra: ``pip install -e '.[hf]'``), and its export back to transformers (``configs/tasks/hf_text_classification.yaml``).
+"""Pretrained Hugging Face models as nets, fully fine-tuned or with LoRA (needs the ``hf`` extra: ``pip install -e
+'.[hf]'``), and their export back to transformers: an encoder that classifies texts (``HFClassifier``,
+``configs/tasks/hf_text_classification.yaml``) and a causal language model fine-tuned on chats (``HFCausalLM``,
+``configs/tasks/sft.yaml``).
 
-The model is read from a local directory or the local Hugging Face cache, never downloaded unless
-``download: true``; its tokenizer is the data's (``data.tokenizer``, the same path). The head is new, sized by the
-data's classes. With ``lora``, peft wraps the model: the base is frozen, the adapters and the head train.
+A model is read from a local directory or the local Hugging Face cache, never downloaded unless ``download: true``;
+its tokenizer is the data's too (``data.tokenizer``, the same path). With ``lora``, peft wraps the model: the base is
+frozen, the adapters (and a classifier's new head) train.
 
-    python -m project.hf logs/<name>/version_<N> [--out DIR]   # DIR/model (+ DIR/adapter, DIR/merged under LoRA)
+    python -m project.hf logs/<name>/version_<N> [--out DIR]   # DIR/model (+ DIR/adapter under LoRA)
 """
 
 import argparse
@@ -71,23 +73,103 @@ class HFClassifier(nn.Module):
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.pad_id = self.model.config.pad_token_id
         if lora is not None:
-            from peft import LoraConfig, TaskType, get_peft_model
-
-            config = LoraConfig(task_type=TaskType.SEQ_CLS, r=lora.r, lora_alpha=lora.alpha,
-                                lora_dropout=lora.dropout, target_modules=lora.target_modules,
-                                modules_to_save=lora.modules_to_save or None)  # fmt: skip
-            with warnings.catch_warnings():  # peft asks transformers' deprecated is_gradient_checkpointing
-                warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
-                self.model = get_peft_model(self.model, config)
-            trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-            total = sum(p.numel() for p in self.model.parameters())
-            print(f"LoRA: {trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%)")
+            self.model = _with_lora(self.model, lora, "SEQ_CLS")
         # from_pretrained leaves the model in eval mode, and Lightning keeps each submodule's mode: dropout (and
         # LoRA's) would stay off for the whole run (Lightning #20105).
         self.model.train()
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long(), use_cache=False).logits
+
+
+class HFCausalLM(nn.Module):
+    """``AutoModelForCausalLM`` from ``name_or_path``: token ids (batch, T) in, next-token logits (batch, T, vocabulary)
+    out. No attention mask: padding comes after every real token and the model is causal, so no real token sees it
+    (and many chat models pad with their end-of-turn token, which a mask made from the pad id would hide). Generation
+    is the model's own ``generate`` (its KV cache), the tokenizer's decode its."""
+
+    # transformers computes RMSNorm, RoPE and softmax in float32 even in a float64 model: equivalences hold to
+    # float32's rounding there (the contract suite's tolerance), not float64's.
+    float32_inside = True
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        num_outputs: int,
+        name_or_path: str,
+        lora: LoRA | None = None,
+        gradient_checkpointing: bool = False,
+        attn_implementation: str | None = None,
+        download: bool = False,
+    ) -> None:
+        """
+        Args:
+            input_shape: (max_length,), linked from the data.
+            num_outputs: the tokenizer's vocabulary, linked from the data (the embeddings grow if it is larger).
+            name_or_path: a directory ``save_pretrained`` wrote, or a hub id in the local cache.
+            lora: train LoRA adapters on a frozen base instead of every weight.
+            gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
+            attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
+            download: allow fetching ``name_or_path`` from the hub.
+        """
+        super().__init__()
+        transformers = transformers_module()
+        self.name_or_path = name_or_path
+        path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
+        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, local_files_only=not download, **kwargs
+        )
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=not download)
+        if num_outputs > self.model.get_input_embeddings().num_embeddings:
+            self.model.resize_token_embeddings(num_outputs)
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if lora is not None:
+            self.model = _with_lora(self.model, lora, "CAUSAL_LM")
+        self.model.train()  # from_pretrained leaves eval mode, which Lightning would keep (Lightning #20105)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.model(input_ids=ids, use_cache=False).logits
+
+    @torch.no_grad()
+    def generate(self, ids: Tensor, max_new_tokens: int, temperature: float, top_k: int | None, seed: int) -> Tensor:
+        """``max_new_tokens`` ids after the prompt ``ids`` (1, T), sampled as the task says (temperature 0: greedy),
+        padded with the end-of-turn id after the model stops."""
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k or 0} if temperature > 0 else {
+            "do_sample": False, "temperature": None, "top_k": None, "top_p": None}  # fmt: skip
+        stop = self.stop_ids[0]
+        with torch.random.fork_rng(devices=[ids.device] if ids.is_cuda else []):
+            torch.manual_seed(seed)
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                      pad_token_id=stop, **sampling)  # fmt: skip
+        new = out[:, ids.shape[1] :]
+        return nn.functional.pad(new, (0, max_new_tokens - new.shape[1]), value=stop)
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The ids generation stops at (the end of a turn), as the model's generation config names them."""
+        eos = self.model.generation_config.eos_token_id
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        return list(eos) if isinstance(eos, list | tuple) else [int(eos)]
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+
+def _with_lora(model: nn.Module, lora: LoRA, task_type: str) -> nn.Module:
+    """peft's LoRA around ``model``: the base frozen, the adapters (and ``modules_to_save``) trained."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(task_type=task_type, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=lora.target_modules, modules_to_save=lora.modules_to_save or None)  # fmt: skip
+    with warnings.catch_warnings():  # peft asks transformers' deprecated is_gradient_checkpointing
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        wrapped = get_peft_model(model, config)
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in wrapped.parameters())
+    print(f"LoRA: {trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%)")
+    return wrapped
 
 
 def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
@@ -99,19 +181,20 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
     run = Path(run)
     model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)
     net = model.net
-    if not isinstance(net, HFClassifier):
-        raise ConfigError(f"{run}: its net is {type(net).__name__}, not project.hf.HFClassifier.")
+    if not isinstance(net, HFClassifier | HFCausalLM):
+        raise ConfigError(f"{run}: its net is {type(net).__name__}, not a project.hf model.")
     out = Path(out) if out is not None else run / "hf"
-    names = list(data.target_names)
     hf_model = net.model
     if hasattr(hf_model, "merge_and_unload"):  # LoRA: the adapter alone, then the base with the adapter merged in
         hf_model.save_pretrained(out / "adapter")
         hf_model = hf_model.merge_and_unload()
-    hf_model.config.id2label = dict(enumerate(names))
-    hf_model.config.label2id = {name: i for i, name in enumerate(names)}
-    hf_model.config.problem_type = "single_label_classification"
+    if isinstance(net, HFClassifier):
+        names = list(data.target_names)
+        hf_model.config.id2label = dict(enumerate(names))
+        hf_model.config.label2id = {name: i for i, name in enumerate(names)}
+        hf_model.config.problem_type = "single_label_classification"
     hf_model.save_pretrained(out / "model")
-    tokenizer = data.tokenizer_object()
+    tokenizer = net.tokenizer if isinstance(net, HFCausalLM) else data.tokenizer_object()
     for directory in (out / "model", out / "adapter"):
         if directory.is_dir():
             tokenizer.save_pretrained(directory)

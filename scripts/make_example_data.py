@@ -195,6 +195,69 @@ def write_tiny_encoder(path: str | Path, texts: list[str], seed: int = 0, layers
     return path
 
 
+# ChatML, as Qwen's instruct models render a chat (no {% generation %} markers: the assistant's tokens are found by
+# rendering the chat with and without each answer).
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def write_chats(path: str | Path, count: int = 400, seed: int = 0) -> Path:
+    """Chats in JSON Lines (``messages``), each a small task a model can learn from its answers alone: spell a word
+    backwards, in capitals, or count its letters; a third of them with a system turn, a few with two rounds."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    words = ["apple", "river", "stone", "cloud", "tiger", "piano", "lemon", "candle", "garden", "rocket", "silver",
+             "window", "pencil", "forest", "orange", "planet", "bridge", "castle", "dragon", "island"]  # fmt: skip
+    tasks = [("Spell {w} backwards.", lambda w: w[::-1]), ("Write {w} in capitals.", str.upper),
+             ("How many letters are in {w}?", lambda w: str(len(w)))]  # fmt: skip
+
+    def turn() -> list[dict[str, str]]:
+        question, answer = rng.choice(tasks)
+        word = rng.choice(words)
+        return [{"role": "user", "content": question.format(w=word)}, {"role": "assistant", "content": answer(word)}]
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(count):
+            messages = [{"role": "system", "content": "Answer in one word."}] if i % 3 == 0 else []
+            messages += turn() + (turn() if i % 7 == 0 else [])
+            f.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
+def write_tiny_chat_model(path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32) -> Path:
+    """A tiny Llama and its byte-level BPE tokenizer learned from ``texts``, with a ChatML chat template, saved as a
+    pretrained model is: for ``configs/tasks/sft.yaml`` where nothing can be downloaded (a stand-in for a real
+    instruct model such as ``Qwen/Qwen2.5-0.5B-Instruct``; its weights are random)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tokenizer.train_from_iterator(texts, trainer)
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>",
+                                           pad_token="<|endoftext|>", chat_template=CHATML)  # fmt: skip
+    config = LlamaConfig(vocab_size=len(hf_tokenizer), hidden_size=width, intermediate_size=2 * width,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, pad_token_id=hf_tokenizer.pad_token_id,
+                         eos_token_id=hf_tokenizer.eos_token_id, tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(seed)
+    path = Path(path)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)
+    hf_tokenizer.save_pretrained(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="folder to write images/, segmentation/ and the CSV files into")
@@ -215,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
         with open(Path(args.out) / "lines.csv", encoding="utf-8") as f:
             texts = [row["text"] for row in csv.DictReader(f)]
         print(f"Wrote {write_tiny_encoder(Path(args.out) / 'tiny-bert', texts)}/")
+        chats = write_chats(Path(args.out) / "chats.jsonl")
+        print(f"Wrote {chats}")
+        print(f"Wrote {write_tiny_chat_model(Path(args.out) / 'tiny-chat', chats.read_text().splitlines())}/")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
 LANGUAGE_MODEL = str(ROOT / "tests" / "configs" / "language_model.yaml")  # over DIGITS, --data.path=<text_corpus>
 TEXT_CLASSES = str(ROOT / "tests" / "configs" / "text_classification.yaml")  # over DIGITS, --data.path=<lines_csv>
 HF_TEXT_CLASSES = str(ROOT / "tests" / "configs" / "hf_text_classification.yaml")  # over DIGITS, with tiny_bert
+SFT = str(ROOT / "tests" / "configs" / "sft.yaml")  # over DIGITS, with chats_jsonl and tiny_chat
 TOKENS = str(ROOT / "tests" / "configs" / "tokens.yaml")  # over DIGITS: variable-length sequences (tests/tokens.py)
 SEGMENTATION = str(ROOT / "tests" / "configs" / "segmentation.yaml")  # over DIGITS, --data.root=<segmentation_folder>
 sys.path.insert(0, str(ROOT / "scripts"))  # make_example_data: the data the image and table fixtures use
@@ -174,6 +175,24 @@ def tiny_bert(lines_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     with open(lines_csv, encoding="utf-8") as f:
         texts = [row["text"] for row in csv.DictReader(f)]
     return write_tiny_encoder(tmp_path_factory.mktemp("hf") / "tiny-bert", texts)
+
+
+@pytest.fixture(scope="session")
+def chats_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 chats in JSON Lines: spell a word backwards, in capitals, or count its letters."""
+    from make_example_data import write_chats
+
+    return write_chats(tmp_path_factory.mktemp("chats") / "chats.jsonl")
+
+
+@pytest.fixture(scope="session")
+def tiny_chat(chats_jsonl: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Llama with a byte-level BPE and a ChatML template, saved as a pretrained model is (the hf extra's)."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
+    pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
+    from make_example_data import write_tiny_chat_model
+
+    return write_tiny_chat_model(tmp_path_factory.mktemp("hf") / "tiny-chat", chats_jsonl.read_text().splitlines())
 
 
 def default_data_missing(root: Path = ROOT) -> str | None:

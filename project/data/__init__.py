@@ -2,6 +2,7 @@
 ``project.engine.datamodule.DataModule`` (the engine: split, loaders, samplers, resume, normalisation). Add yours as
 a new file and select it with ``data.class_path`` in the config."""
 
+from project.data.chat import ChatDataModule
 from project.data.digits import DigitsDataModule
 from project.data.images import ImageFolderDataModule
 from project.data.labelled_text import LabelledTextDataModule
@@ -10,6 +11,6 @@ from project.data.table import CSVDataModule
 from project.data.text import TextDataModule
 
 __all__ = [
-    "CSVDataModule", "DigitsDataModule", "ImageFolderDataModule", "LabelledTextDataModule",
+    "CSVDataModule", "ChatDataModule", "DigitsDataModule", "ImageFolderDataModule", "LabelledTextDataModule",
     "SegmentationFolderDataModule", "TextDataModule",
 ]  # fmt: skip

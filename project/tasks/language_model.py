@@ -108,14 +108,12 @@ class LanguageModel(Task):
         test = getattr(datamodule, "test_set", None)
         if not self.trainer.is_global_zero or test is None or len(test) == 0:
             return
-        from project.data.text import decode
-
         prompt = test[0][0][: max(1, len(test[0][0]) // 2)][None].to(self.device)
         was_training = self.training
         self.eval()
         generated = self.generate(prompt, torch.Generator(device=self.device).manual_seed(self.seed))
         self.train(was_training)
-        given, new = (decode(ids[0].tolist(), self.target_names) for ids in (prompt, generated))
+        given, new = (self.decode(ids[0].tolist()) for ids in (prompt, generated))
         # Through Lightning's logger, not print: the progress bar's live display redraws what is printed meanwhile.
         rank_zero_info(f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):"
                        f" {given!r} -> {new!r}")  # fmt: skip
@@ -125,7 +123,11 @@ class LanguageModel(Task):
     @torch.no_grad()
     def generate(self, ids: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """``max_new_tokens`` token ids after the prompt ``ids`` (1, T), each from the logits of the last position
-        given at most ``block_size`` tokens of context (nanoGPT's ``generate``)."""
+        given at most ``block_size`` tokens of context (nanoGPT's ``generate``); a net that generates itself (a
+        pretrained model's ``generate``, with its KV cache) does."""
+        if hasattr(self.net, "generate"):
+            seed = generator.initial_seed() if generator is not None else self.seed
+            return self.net.generate(ids, self.max_new_tokens, self.temperature, self.top_k, seed)  # type: ignore[operator]
         block = int(getattr(self.net, "block_size", ids.shape[1]))
         for _ in range(self.max_new_tokens):
             logits = self(ids[:, -block:])[:, -1, :].float()
@@ -145,10 +147,16 @@ class LanguageModel(Task):
         generator = torch.Generator(device=prompt.device).manual_seed(self.seed + batch_idx)
         return self.generate(prompt, generator)
 
-    def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text: the net's own tokenizer's (a pretrained model's), else the vocabulary's bytes."""
+        if hasattr(self.net, "decode"):
+            return str(self.net.decode(ids))  # type: ignore[operator]
         from project.data.text import decode
 
-        return ["generated"], [[decode(row, self.target_names)] for row in predictions.long().tolist()]
+        return decode(ids, self.target_names)
+
+    def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
+        return ["generated"], [[self.decode(row)] for row in predictions.long().tolist()]
 
     def output_description(self) -> dict[str, Any]:
         return {"name": "logits", "shape": ["batch", "sequence", len(self.target_names)],

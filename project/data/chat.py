@@ -1,0 +1,169 @@
+"""Instruction data for supervised fine-tuning (SFT) of a pretrained causal language model
+(``configs/tasks/sft.yaml``): a JSON Lines file whose rows are chats, ``{"messages": [{"role": "user", "content":
+...}, {"role": "assistant", "content": ...}, ...]}``, or ``{"prompt": ..., "completion": ...}`` pairs (a user turn
+and the assistant's answer).
+
+Each chat is rendered with the model's own chat template (``data.tokenizer``'s) and tokenised once, when the data
+is set up. The loss counts the assistant's tokens only, end-of-turn token included (so generation learns to stop):
+what the template renders for an assistant turn, found by rendering the chat up to the turn with and without it,
+which works for any template (Qwen's and Llama's have no ``{% generation %}`` markers). A chat longer than
+``max_length`` tokens keeps its first ones; one left with no assistant token is refused, naming its row. The
+sample is the ids but the last (the input) and the labels but the first (the target of each position is the next
+token), padded per batch; ``predict`` reads prompts (a ``.txt`` file: a user turn per line) and generates the
+assistant's answer with the model's own ``generate``.
+"""
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+from project.data.labelled_text import pretrained_path, read_rows, transformers_module
+from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
+from project.engine.task import IGNORE_INDEX
+
+
+def pad_chats(samples: list[tuple[Tensor, Tensor]], pad: int) -> tuple[Tensor, Tensor]:
+    """Inputs padded with ``pad`` (the model never attends to them: they come after every real token, and the
+    model is causal), targets with ``IGNORE_INDEX``."""
+    inputs, targets = zip(*samples, strict=True)
+    return (nn.utils.rnn.pad_sequence(list(inputs), batch_first=True, padding_value=pad),
+            nn.utils.rnn.pad_sequence(list(targets), batch_first=True, padding_value=IGNORE_INDEX))  # fmt: skip
+
+
+def messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
+    if isinstance(row.get("messages"), list) and row["messages"]:
+        return [{"role": str(m["role"]), "content": str(m["content"])} for m in row["messages"]]
+    if "prompt" in row and "completion" in row:
+        return [
+            {"role": "user", "content": str(row["prompt"])},
+            {"role": "assistant", "content": str(row["completion"])},
+        ]
+    raise ConfigError(f"{where}: a row holds either messages (a list of role and content) or prompt and completion.")
+
+
+def tokenize_chat(tokenizer: Any, messages: list[dict[str, str]], max_length: int, where: str) -> tuple[Tensor, Tensor]:
+    """(ids, labels) of a chat: labels are the ids of the assistant's turns and ``IGNORE_INDEX`` elsewhere."""
+
+    def render(upto: int, prompt: bool = False) -> str:
+        if upto == 0:
+            return ""
+        return tokenizer.apply_chat_template(messages[:upto], tokenize=False, add_generation_prompt=prompt)
+
+    spans, before = [], ""  # the characters of each assistant turn in the whole chat's text
+    for i, message in enumerate(messages):
+        text = render(i + 1)
+        prompt = render(i, prompt=True) if message["role"] == "assistant" else before
+        if not (text.startswith(prompt) and prompt.startswith(before)):
+            raise ConfigError(f"{where}: the tokenizer's chat template renders a chat's first turns differently "
+                              "from the chat's beginning, so the assistant's tokens cannot be told apart.")  # fmt: skip
+        if message["role"] == "assistant":
+            spans.append((len(prompt), len(text)))
+        before = text
+    # The whole text tokenised at once (as the model saw text in pretraining), each token labelled by where it starts.
+    encoded = tokenizer(before, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"][: max_length + 1]
+    labels = [i if any(s <= begin < e for s, e in spans) else IGNORE_INDEX
+              for i, (begin, _) in zip(ids, encoded["offset_mapping"], strict=False)]  # fmt: skip
+    if all(label == IGNORE_INDEX for label in labels[1:]):
+        raise ConfigError(f"{where}: no assistant token is left to learn from (none in the chat, or all after the "
+                          f"first data.max_length={max_length} tokens).")  # fmt: skip
+    return torch.tensor(ids[:-1]), torch.tensor(labels[1:])
+
+
+class _Chats(Dataset):
+    def __init__(self, samples: list[tuple[Tensor, Tensor]]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.samples[index]
+
+
+class ChatDataModule(DataModule):
+    """Chats (or prompt and completion pairs) in the model's own chat template, split at random by ``split_seed``."""
+
+    input_dtype = torch.int64
+
+    def __init__(self, path: str, tokenizer: str, max_length: int = 1024, *, normalize: bool = False,
+                 **engine: Any) -> None:  # fmt: skip
+        """
+        Args:
+            path: a ``.jsonl`` file of chats (``messages``) or of ``prompt`` and ``completion`` pairs.
+            tokenizer: the model's tokenizer, with its chat template: a directory or a hub id in the local cache.
+            max_length: tokens kept of each chat (its first ones).
+            normalize: must stay false (token ids are not standardised).
+            **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
+        """
+        super().__init__(normalize=normalize, **engine)
+        if max_length < 2:
+            raise ConfigError(f"data.max_length={max_length!r}: a chat needs at least two tokens.")
+        where = pretrained_path(tokenizer, "data.tokenizer", download=False)
+        self.tokenizer = transformers_module().AutoTokenizer.from_pretrained(where, local_files_only=True)
+        if not self.tokenizer.chat_template:
+            raise ConfigError(f"data.tokenizer={tokenizer!r} has no chat template: use the model's instruct version "
+                              "(or give its tokenizer_config.json a chat_template).")  # fmt: skip
+        if self.tokenizer.pad_token_id is None:  # padding is never attended to nor counted: any id does
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.pad_id = self.tokenizer.pad_token_id
+        self.collate_fn = functools.partial(pad_chats, pad=self.pad_id)
+        self.input_shape = (max_length,)
+        self.vocabulary = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        self.target_names = list(self.vocabulary)
+        if self.restored():  # predict on prompts, export: the chats are not read
+            return
+        self._rows = read_rows(Path(path), "data.path")
+        if Path(path).suffix != ".jsonl" or not self._rows:
+            raise ConfigError(f"data.path={path!r}: expected a .jsonl file of chats, one per line.")
+
+    def load_dataset(self) -> Dataset:
+        path, length = self.hparams["path"], self.input_shape[0]
+        where = [f"data.path={path!r}, row {i}" for i in range(1, len(self._rows) + 1)]
+        chats = [messages_of(row, at) for row, at in zip(self._rows, where, strict=True)]
+        _, _, test = self.split_indices(len(chats))  # the test split's predictions carry each chat's first question
+        self.test_columns = {"input": [next((m["content"] for m in chats[i] if m["role"] == "user"), "") for i in test]}
+        return _Chats([tokenize_chat(self.tokenizer, chat, length, at) for chat, at in zip(chats, where, strict=True)])
+
+    def prompt_ids(self, text: str) -> Tensor:
+        """A user turn as the model's template renders it, up to where the assistant's answer starts."""
+        rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                      add_generation_prompt=True)  # fmt: skip
+        return torch.tensor(self.tokenizer(rendered, add_special_tokens=False)["input_ids"][-self.input_shape[0] :])
+
+    def load_predict_inputs(self, path: Path) -> Dataset:  # type: ignore[override]
+        if path.suffix != ".txt" or not path.is_file():
+            raise ConfigError(
+                f"data.predict_path={str(path)!r}: expected a .txt file, a prompt (a user turn) per line."
+            )
+        prompts = path.read_text(encoding="utf-8").splitlines()
+        if not prompts or not all(p.strip() for p in prompts):
+            raise ConfigError(f"data.predict_path={str(path)!r}: every line must hold a prompt (none may be empty).")
+        self.predict_columns = {"input": prompts}
+        return _Chats([(self.prompt_ids(p), torch.tensor(-1)) for p in prompts])
+
+    def predict_dataloader(self) -> DataLoader:
+        # A prompt at a time: prompts differ in length, and padding them would need an attention mask that tells a
+        # pad from the same id in the text (many chat models pad with their end-of-turn token).
+        if self.predict_set is None:
+            return super().predict_dataloader()
+        return DataLoader(self.predict_set, batch_size=1)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def run_files(self) -> dict[str, str]:
+        tokenizer = {"kind": "huggingface", "special": {"<pad>": self.pad_id}, "vocabulary": self.vocabulary,
+                     "chat_template": self.tokenizer.chat_template,
+                     "tokenizer": json.loads(self.tokenizer.backend_tokenizer.to_str())}  # fmt: skip
+        return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
+
+    def show(self, sample: Tensor, ax: Any) -> None:
+        ax.text(0.0, 1.0, self.decode(sample.tolist())[:300], va="top", family="monospace", fontsize=7, wrap=True)
+        ax.set_axis_off()

@@ -1,0 +1,120 @@
+"""The SFT example (project/data/chat.py, project.hf.HFCausalLM, configs/tasks/sft.yaml): a pretrained causal LM
+fine-tuned on chats with its own chat template, the loss on the assistant's tokens only. The model is a tiny Llama
+with a byte-level BPE and a ChatML template (as Qwen's: no generation markers), built here (nothing is downloaded)."""
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DIGITS, SFT, fit
+
+from project.engine.errors import ConfigError
+from project.engine.task import IGNORE_INDEX
+
+pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
+
+CHAT = [
+    {"role": "system", "content": "Answer in one word."},
+    {"role": "user", "content": "Spell apple backwards."},
+    {"role": "assistant", "content": "elppa"},
+    {"role": "user", "content": "Write river in capitals."},
+    {"role": "assistant", "content": "RIVER"},
+]
+
+
+def _given(chats: Path, model: Path) -> tuple[str, ...]:
+    return (f"--data.path={chats}", f"--data.tokenizer={model}", f"--model.net.init_args.name_or_path={model}")
+
+
+@pytest.mark.guarantee(
+    "SFT counts the assistant's tokens only, each answer's end-of-turn token included (so generation learns to "
+    "stop), found for a chat template without generation markers; a chat left with no assistant token (truncated "
+    "away) is refused in one sentence naming its row",
+    unmutated="an example's own code",
+)
+def test_only_the_assistants_tokens_count_with_their_end_of_turn(tiny_chat: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from project.data.chat import tokenize_chat
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chat)
+    assert "{% generation %}" not in tokenizer.chat_template
+    inputs, targets = tokenize_chat(tokenizer, CHAT, 512, "row 1")
+    ids = [*inputs.tolist(), targets[-1].item()]  # the chat's ids: the inputs, then the last target
+    assert ids == tokenizer(tokenizer.apply_chat_template(CHAT, tokenize=False), add_special_tokens=False)["input_ids"]
+    counted = targets[targets != IGNORE_INDEX].tolist()
+    assert tokenizer.decode(counted) == "elppa<|im_end|>\nRIVER<|im_end|>\n"
+    with pytest.raises(ConfigError, match=r"^row 1: no assistant token is left to learn from .*max_length=8"):
+        tokenize_chat(tokenizer, CHAT, 8, "row 1")  # the system and user turns alone fill the first 8 tokens
+
+
+@pytest.mark.guarantee(
+    "SFT's loss on a batch (padded chats of different lengths) is transformers' own `outputs.loss` on the same "
+    "model and labels, to float32 rounding: the token-weighted mean over the assistant's tokens",
+    unmutated="an example's own code",
+)
+def test_the_loss_is_transformers_own_on_a_padded_batch(tiny_chat: Path, chats_jsonl: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from project.data import ChatDataModule
+    from project.hf import HFCausalLM
+    from project.tasks import LanguageModel
+
+    data = ChatDataModule(path=str(chats_jsonl), tokenizer=str(tiny_chat), max_length=64)
+    samples = [data.load_dataset()[i] for i in range(6)]
+    x, y = data.collate_fn(samples)
+    assert len({len(s[0]) for s in samples}) > 1 and (y == IGNORE_INDEX).any()
+    task = LanguageModel(net=HFCausalLM((64,), len(data.vocabulary), str(tiny_chat)), target_names=data.vocabulary)
+    reference = AutoModelForCausalLM.from_pretrained(tiny_chat, dtype=torch.float32).eval()
+    with torch.no_grad():
+        losses = task.eval().loss(task(x), y)
+        ours = losses[y != IGNORE_INDEX].sum() / (y != IGNORE_INDEX).sum()  # the token-weighted mean the engine takes
+        # transformers shifts the labels itself: position t is scored against label t + 1.
+        ids = F.pad(x, (0, 1), value=data.pad_id)
+        labels = F.pad(y, (1, 0), value=IGNORE_INDEX)
+        theirs = reference(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.guarantee(
+    "SFT through the CLI learns the chats (the validation loss falls), greedy predict on prompts answers as "
+    "transformers' own `generate` does with the same weights, and the export loads back into transformers with "
+    "the run's logits",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_sft_learns_predicts_as_transformers_generates_and_exports(
+    tiny_chat: Path, chats_jsonl: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from project.engine.cli import main
+    from project.engine.runs import load_run
+    from project.hf import save_pretrained
+
+    cli = fit(tmp_path, *_given(chats_jsonl, tiny_chat), "--trainer.max_epochs=3", configs=(DIGITS, SFT))
+    run = Path(cli.trainer.log_dir)
+    # A model that has learnt nothing scores ln(vocabulary) per token (random weights: about that): half of it.
+    best = float(cli.trainer.checkpoint_callback.best_model_score)
+    assert best < 0.5 * math.log(len(cli.datamodule.vocabulary)), best
+    prompts = ["Spell tiger backwards.", "How many letters are in planet?"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts))
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
+          f"--data.predict_path={tmp_path / 'prompts.txt'}"])  # fmt: skip
+    with open(run / "predictions.csv", newline="") as f:
+        predicted = [row["generated"] for row in csv.DictReader(f)]
+    model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)
+    hf_model, tokenizer = model.net.model.eval(), model.net.tokenizer
+    for prompt, row in zip(prompts, predicted, strict=True):
+        ids = data.prompt_ids(prompt)[None]
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                                pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+        assert row == tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True), (row, prompt)
+    out = save_pretrained(run)
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "model", dtype=torch.float32).eval()
+    x = data.prompt_ids(prompts[0])[None]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=x).logits, model.eval()(x), rtol=1e-5, atol=1e-6)
