@@ -11,10 +11,12 @@ frozen, the adapters (and a classifier's new head) train.
 """
 
 import argparse
+import hashlib
 import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +37,44 @@ class LoRA:
     modules_to_save: list[str] = field(default_factory=list)  # besides the head, which SEQ_CLS always keeps
 
 
-class HFClassifier(nn.Module):
+class _Pretrained(nn.Module):
+    """What both nets share: the base model a run needs, recorded; and, under LoRA, checkpoints without the frozen
+    base (its weights are the pretrained model's, read again from ``name_or_path`` when the net is built), holding
+    the adapters and whatever else trains (a classifier's head) with their optimizer state."""
+
+    model: Any  # a transformers model, or peft's around it
+    name_or_path: str
+    path: str
+
+    def _after_init(self) -> None:
+        self.register_load_state_dict_post_hook(_frozen_are_not_missing)
+
+    def frozen_names(self) -> set[str]:
+        return {name for name, p in self.named_parameters() if not p.requires_grad}
+
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        for name in self.frozen_names():
+            state.pop(prefix + name, None)
+        return state
+
+    def load_pretrained(self) -> dict[str, Any]:
+        """Which base model a fresh run starts from (read when the net was built), for the run's provenance.json:
+        the path or hub id, and a hash of its weight files."""
+        digest = hashlib.sha256()
+        for weights in sorted(Path(self.path).glob("*.safetensors")) or sorted(Path(self.path).glob("*.bin")):
+            digest.update(weights.read_bytes())
+        return {"name_or_path": self.name_or_path, "path": str(self.path), "weights_sha256": digest.hexdigest()}
+
+
+def _frozen_are_not_missing(net: nn.Module, incompatible: Any) -> None:
+    """Loading a checkpoint: the frozen base's weights are absent by design (``_Pretrained``), any other is not."""
+    frozen = net.frozen_names()  # type: ignore[operator]
+    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys
+                                    if not any(k == n or k.endswith(f".{n}") for n in frozen)]  # fmt: skip
+
+
+class HFClassifier(_Pretrained):
     """``AutoModelForSequenceClassification`` from ``name_or_path`` with a new head of ``num_outputs`` classes:
     token ids in (padding with the tokenizer's pad id, masked out), logits out."""
 
@@ -63,7 +102,7 @@ class HFClassifier(nn.Module):
         transformers = transformers_module()
         key = "model.net.init_args.name_or_path"
         self.name_or_path = name_or_path
-        path = pretrained_path(name_or_path, key, download)
+        self.path = path = pretrained_path(name_or_path, key, download)
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=num_outputs, dtype=torch.float32, ignore_mismatched_sizes=True,
@@ -77,12 +116,13 @@ class HFClassifier(nn.Module):
         # from_pretrained leaves the model in eval mode, and Lightning keeps each submodule's mode: dropout (and
         # LoRA's) would stay off for the whole run (Lightning #20105).
         self.model.train()
+        self._after_init()
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long(), use_cache=False).logits
 
 
-class HFCausalLM(nn.Module):
+class HFCausalLM(_Pretrained):
     """``AutoModelForCausalLM`` from ``name_or_path``: token ids (batch, T) in, next-token logits (batch, T, vocabulary)
     out. No attention mask: padding comes after every real token and the model is causal, so no real token sees it
     (and many chat models pad with their end-of-turn token, which a mask made from the pad id would hide). Generation
@@ -115,7 +155,7 @@ class HFCausalLM(nn.Module):
         super().__init__()
         transformers = transformers_module()
         self.name_or_path = name_or_path
-        path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
+        self.path = path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         self.model = transformers.AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, local_files_only=not download, **kwargs
@@ -128,6 +168,7 @@ class HFCausalLM(nn.Module):
         if lora is not None:
             self.model = _with_lora(self.model, lora, "CAUSAL_LM")
         self.model.train()  # from_pretrained leaves eval mode, which Lightning would keep (Lightning #20105)
+        self._after_init()
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.model(input_ids=ids, use_cache=False).logits

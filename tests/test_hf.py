@@ -14,6 +14,7 @@ from conftest import DIGITS, PYTHONPATH, fit
 from conftest import HF_TEXT_CLASSES as HF
 
 from project.engine.errors import ConfigError
+from project.engine.last_checkpoint import Interrupted
 
 pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
 pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
@@ -182,3 +183,47 @@ def test_lora_trains_only_the_adapters_and_exports_the_adapter_and_the_merged_mo
     # Merging adds B·A into each base weight: float32 rounding of those sums, peft's own tolerance (1e-4).
     assert (merged - ours).abs().max() <= 1e-4 * max(1.0, ours.abs().max().item())
     assert not torch.equal(F.softmax(ours, -1), F.softmax(torch.zeros_like(ours), -1))  # a trained head
+
+
+@pytest.mark.guarantee(
+    "a LoRA run's checkpoints hold what trains (the adapters and the new head) and its optimizer state, not the "
+    "frozen base, which is the pretrained model's (its path and weights' hash in provenance.json); a LoRA run "
+    "resumed from such a checkpoint ends bitwise as the uninterrupted one",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_a_lora_checkpoint_holds_what_trains_and_resumes_bitwise(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path
+) -> None:
+    import hashlib
+    import json
+
+    lora = ("--model.net.init_args.lora={r: 4, alpha: 8, dropout: 0.1}", "--trainer.limit_train_batches=4",
+            "--trainer.limit_val_batches=2", "--trainer.log_every_n_steps=1")  # fmt: skip
+    straight = fit(tmp_path / "a", *_given(lines_csv, tiny_bert), *lora, "--trainer.max_epochs=2", configs=(DIGITS, HF))
+    net = straight.model.net
+    trains = {f"net.{n}" for n, p in net.named_parameters() if p.requires_grad}
+    run = Path(straight.trainer.log_dir)
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    buffers = {f"net.{n}" for n, _ in net.named_buffers()}
+    assert trains <= set(saved["state_dict"]) <= trains | buffers  # no frozen weight of the base
+    total = sum(p.numel() for p in net.parameters())
+    kept = sum(saved["state_dict"][k].numel() for k in trains)
+    assert kept < 0.1 * total, (kept, total)
+    assert len(saved["optimizer_states"][0]["state"]) == len([p for p in net.parameters() if p.requires_grad])
+    record = json.loads((run / "provenance.json").read_text())["segments"][0]["initialized_from"]["pretrained"]
+    assert record["weights_sha256"] == hashlib.sha256((tiny_bert / "model.safetensors").read_bytes()).hexdigest()
+    # Ctrl-C as the middle step of epoch 1 starts: last.ckpt at the next step boundary, then the resume.
+    with pytest.raises(Interrupted):
+        fit(tmp_path / "b", *_given(lines_csv, tiny_bert), *lora, "--trainer.max_epochs=2",
+            "--trainer.callbacks+=probes.CrashAt", "--trainer.callbacks.step=6", "--trainer.callbacks.signal=2",
+            configs=(DIGITS, HF))  # fmt: skip
+    interrupted = next((tmp_path / "b").glob("*/version_0"))
+    resumed = fit(tmp_path / "b", "--ckpt_path", str(interrupted / "checkpoints" / "last.ckpt"),
+                  configs=(str(interrupted / "config.yaml"),))  # fmt: skip
+    assert resumed.trainer.global_step == straight.trainer.global_step
+    expected = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    got = torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), f"{name} differs after resuming"
