@@ -17,7 +17,7 @@ TEST_WORKERS ?= auto
 # resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
 TORCH_SPEC ?=
-# More extras for make install, e.g. EXTRAS=mlflow or EXTRAS=mlflow,wandb (the tracker tests skip without them).
+# More extras for make install, e.g. EXTRAS=hf or EXTRAS=mlflow,wandb,hf (their tests skip without them).
 EXTRAS ?=
 MLFLOW_PORT ?= 5000
 # LOCKED=1: install the versions in constraints.txt (the ones the suite was last green with; `make lock`).

@@ -16,7 +16,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -67,6 +67,24 @@ class _Pretrained(nn.Module):
         return {"name_or_path": self.name_or_path, "path": str(self.path), "weights_sha256": digest.hexdigest()}
 
 
+def _dtype(name: str, lora: "LoRA | None") -> torch.dtype:
+    if name == "bfloat16" and lora is None:
+        raise ConfigError(
+            "model.net.init_args.dtype=bfloat16 is for a frozen base under LoRA: full fine-tuning keeps float32 "
+            "weights (with trainer.precision=bf16-mixed to compute in bfloat16 on a GPU)."
+        )
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def _floating_inputs_in_float32(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.float() if isinstance(a, Tensor) and a.dtype == torch.bfloat16 else a for a in args)
+
+
+def _float(logits: Tensor) -> Tensor:
+    """Logits of a bfloat16 base in float32, for the loss (a float64 model's stay float64)."""
+    return logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
+
+
 def _frozen_are_not_missing(net: nn.Module, incompatible: Any) -> None:
     """Loading a checkpoint: the frozen base's weights are absent by design (``_Pretrained``), any other is not."""
     frozen = net.frozen_names()  # type: ignore[operator]
@@ -86,6 +104,7 @@ class HFClassifier(_Pretrained):
         lora: LoRA | None = None,
         gradient_checkpointing: bool = False,
         attn_implementation: str | None = None,
+        dtype: Literal["float32", "bfloat16"] = "float32",
         download: bool = False,
     ) -> None:
         """
@@ -96,6 +115,8 @@ class HFClassifier(_Pretrained):
             lora: train LoRA adapters (and the head) on a frozen base instead of every weight.
             gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
             attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
+            dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
+                bfloat16 for the frozen base under LoRA (half its memory; the adapters stay float32).
             download: allow fetching ``name_or_path`` from the hub.
         """
         super().__init__()
@@ -105,7 +126,7 @@ class HFClassifier(_Pretrained):
         self.path = path = pretrained_path(name_or_path, key, download)
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_outputs, dtype=torch.float32, ignore_mismatched_sizes=True,
+            path, num_labels=num_outputs, dtype=_dtype(dtype, lora), ignore_mismatched_sizes=True,
             local_files_only=not download, **kwargs,
         )  # fmt: skip
         if gradient_checkpointing:  # non-reentrant: reentrant checkpointing breaks under DDP with LoRA (peft #313)
@@ -119,7 +140,7 @@ class HFClassifier(_Pretrained):
         self._after_init()
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long(), use_cache=False).logits
+        return _float(self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long(), use_cache=False).logits)
 
 
 class HFCausalLM(_Pretrained):
@@ -140,6 +161,7 @@ class HFCausalLM(_Pretrained):
         lora: LoRA | None = None,
         gradient_checkpointing: bool = False,
         attn_implementation: str | None = None,
+        dtype: Literal["float32", "bfloat16"] = "float32",
         download: bool = False,
     ) -> None:
         """
@@ -150,6 +172,8 @@ class HFCausalLM(_Pretrained):
             lora: train LoRA adapters on a frozen base instead of every weight.
             gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
             attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
+            dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
+                bfloat16 for the frozen base under LoRA (half its memory; the adapters stay float32).
             download: allow fetching ``name_or_path`` from the hub.
         """
         super().__init__()
@@ -158,7 +182,7 @@ class HFCausalLM(_Pretrained):
         self.path = path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
         kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
         self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, local_files_only=not download, **kwargs
+            path, dtype=_dtype(dtype, lora), local_files_only=not download, **kwargs
         )
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=not download)
         if num_outputs > self.model.get_input_embeddings().num_embeddings:
@@ -171,7 +195,7 @@ class HFCausalLM(_Pretrained):
         self._after_init()
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.model(input_ids=ids, use_cache=False).logits
+        return _float(self.model(input_ids=ids, use_cache=False).logits)
 
     @torch.no_grad()
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float, top_k: int | None, seed: int) -> Tensor:
@@ -207,6 +231,12 @@ def _with_lora(model: nn.Module, lora: LoRA, task_type: str) -> nn.Module:
     with warnings.catch_warnings():  # peft asks transformers' deprecated is_gradient_checkpointing
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         wrapped = get_peft_model(model, config)
+    for param in wrapped.parameters():  # what trains in float32 (a classifier's head is a copy of a bfloat16 base's)
+        if param.requires_grad:
+            param.data = param.data.float()
+    for module in wrapped.modules():  # and a bfloat16 base's features reach those modules in float32
+        if type(module).__name__ == "ModulesToSaveWrapper":
+            module.register_forward_pre_hook(_floating_inputs_in_float32)
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     total = sum(p.numel() for p in wrapped.parameters())
     print(f"LoRA: {trainable:,} of {total:,} parameters train ({100 * trainable / total:.2f}%)")

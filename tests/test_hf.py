@@ -3,6 +3,7 @@ Classifier's net, fine-tuned fully or with LoRA, and exported back to transforme
 BERT with a WordPiece tokenizer, built here and saved as a real checkpoint is (nothing can be downloaded)."""
 
 import csv
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DIGITS, PYTHONPATH, fit
+from conftest import DIGITS, PYTHONPATH, fit, scalars
 from conftest import HF_TEXT_CLASSES as HF
 
 from project.engine.errors import ConfigError
@@ -227,3 +228,26 @@ def test_a_lora_checkpoint_holds_what_trains_and_resumes_bitwise(
     assert got.keys() == expected.keys()
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming"
+
+
+@pytest.mark.guarantee(
+    "under LoRA the frozen base may load in bfloat16 (half its memory) while the adapters train in float32, the "
+    "loss in float32; bfloat16 without LoRA (full fine-tuning in bfloat16 weights and optimizer state) is refused",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_a_bfloat16_base_under_lora_trains_float32_adapters(lines_csv: Path, tiny_bert: Path, tmp_path: Path) -> None:
+    from project.hf import HFClassifier
+
+    with pytest.raises(ConfigError, match=r"dtype=bfloat16 is for a frozen base under LoRA"):
+        HFClassifier((8,), 2, str(tiny_bert), dtype="bfloat16")
+    lora = ("--model.net.init_args.lora={r: 4, alpha: 8}", "--model.net.init_args.dtype=bfloat16",
+            "--trainer.max_steps=3", "--trainer.max_epochs=null", "--trainer.limit_val_batches=1",
+            "--trainer.log_every_n_steps=1")  # fmt: skip
+    cli = fit(tmp_path, *_given(lines_csv, tiny_bert), *lora, configs=(DIGITS, HF))
+    dtypes = {p.requires_grad: p.dtype for p in cli.model.net.parameters()}
+    assert dtypes == {False: torch.bfloat16, True: torch.float32}  # the frozen base, what trains
+    losses = [v for _, v in scalars(cli.trainer.log_dir)["train/loss"]]
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
+    x, _, _ = _batch(lines_csv, tiny_bert, n=4)
+    assert cli.model.eval()(x).dtype == torch.float32
