@@ -118,3 +118,36 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
     x = data.prompt_ids(prompts[0])[None]
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=x).logits, model.eval()(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.guarantee(
+    "SFT on 2 DDP processes x 4 chats gets the gradient of 1 process x 8 (every optimizer step: the assistant's "
+    "tokens weigh the same whichever process holds them, the prompts' masked tokens count for nothing), to the "
+    "float32 rounding transformers' norms and RoPE bound",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_two_processes_get_the_one_process_gradient_on_chats(
+    tiny_chat: Path, chats_jsonl: Path, tmp_path: Path
+) -> None:
+    from conftest import ROOT, run_module
+
+    common = (*_given(chats_jsonl, tiny_chat), "--trainer.precision=64-true", "--trainer.max_steps=2",
+              "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.accelerator=cpu",
+              "--trainer.callbacks+=probes.NoDropout", "--trainer.callbacks+=probes.Recorder",
+              "--trainer.callbacks.keep_grads=true")  # fmt: skip
+    single = fit(tmp_path / "one", *common, f"--trainer.callbacks.out_dir={tmp_path / 'one'}", "--data.batch_size=8",
+                 configs=(DIGITS, SFT))  # fmt: skip
+    assert single.trainer.global_step == 2
+    ddp = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "ddp.yaml"),
+                     *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
+                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
+    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for step, batch in enumerate(one["batches"]):
+        assert sorted(batch) == sorted(ranks[0]["batches"][step] + ranks[1]["batches"][step])
+        # Chats of unequal lengths: the two processes hold unequal numbers of the assistant's tokens.
+        expected = one["grads"][step]
+        for rank in ranks:  # every rank holds the all-reduced gradient; float32 rounding inside, as in accumulation
+            torch.testing.assert_close(rank["grads"][step], expected, rtol=0, atol=1e-5 * expected.abs().max().item())
