@@ -49,6 +49,11 @@ class _Pretrained(nn.Module):
     def _after_init(self) -> None:
         self.register_load_state_dict_post_hook(_frozen_are_not_missing)
 
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the model embeds (the data's tokenizer must have no more)."""
+        return int(self.model.get_input_embeddings().num_embeddings)
+
     def frozen_names(self) -> set[str]:
         return {name for name, p in self.named_parameters() if not p.requires_grad}
 
@@ -257,6 +262,8 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
     out = Path(out) if out is not None else run / "hf"
     hf_model = net.model
     if hasattr(hf_model, "merge_and_unload"):  # LoRA: the adapter alone, then the base with the adapter merged in
+        base = Path(net.name_or_path)  # a directory as an absolute path: the adapter loads from anywhere
+        hf_model.peft_config["default"].base_model_name_or_path = str(base.resolve()) if base.is_dir() else str(base)
         hf_model.save_pretrained(out / "adapter")
         hf_model = hf_model.merge_and_unload()
     if isinstance(net, HFClassifier):

@@ -82,11 +82,17 @@ def test_a_missing_model_and_a_pad_id_the_data_does_not_use_are_refused(
 ) -> None:
     from project.hf import HFClassifier
 
-    with pytest.raises(ConfigError, match=r"model\.net\.init_args\.name_or_path='.*nope': not a local directory"):
+    with pytest.raises(ConfigError, match=r"model\.net\.init_args\.name_or_path='.*nope': no such directory"):
         HFClassifier((8,), 2, str(tmp_path / "nope"))
     bytes_data = ("--data.tokenizer=null",)  # byte tokens, padded with 256; the model pads with its own id
     with pytest.raises(ConfigError, match=r"takes id 0 for padding, but the data pads with 256"):
         fit(tmp_path, *_given(lines_csv, tiny_bert), *bytes_data, *SHORT, configs=(DIGITS, HF))
+    from make_example_data import write_tiny_encoder
+
+    small = write_tiny_encoder(tmp_path / "small-bert", ["a tiny corpus", "of two texts"])  # a few dozen tokens
+    another = (f"--model.net.init_args.name_or_path={small}",)  # the data keeps tiny_bert's tokenizer (500 ids)
+    with pytest.raises(ConfigError, match=r"embeds \d+ token ids, but the data's tokenizer has \d+"):
+        fit(tmp_path, *_given(lines_csv, tiny_bert), *another, *SHORT, configs=(DIGITS, HF))
 
 
 def _logits_in_a_fresh_process(directory: Path, texts: list[str], adapter_of: Path | None = None) -> torch.Tensor:

@@ -151,3 +151,27 @@ def test_two_processes_get_the_one_process_gradient_on_chats(
         expected = one["grads"][step]
         for rank in ranks:  # every rank holds the all-reduced gradient; float32 rounding inside, as in accumulation
             torch.testing.assert_close(rank["grads"][step], expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+
+
+@pytest.mark.guarantee(
+    "a chat row that is not one is refused in one sentence naming its row and turn: a turn without text (missing or "
+    "null), a role that is none of system/user/assistant/tool, an empty answer; never a traceback, never a silent "
+    "'None' learnt as an answer",
+    unmutated="an example's own code",
+)
+def test_a_malformed_chat_is_refused_naming_its_row_and_turn() -> None:
+    from project.data.chat import messages_of
+
+    user = {"role": "user", "content": "Spell apple backwards."}
+    bad = [
+        ("turn 2: .* is not a turn", {"messages": [user, {"role": "assistant"}]}),
+        ("turn 2: .*null.* is not a turn", {"messages": [user, {"role": "assistant", "content": None}]}),
+        ("turn 2: .*asistant.* is not a turn", {"messages": [user, {"role": "asistant", "content": "elppa"}]}),
+        ("turn 2: an empty answer", {"messages": [user, {"role": "assistant", "content": " "}]}),
+        ("turn 2: .*null.* is not a turn", {"prompt": "Spell apple backwards.", "completion": None}),
+    ]
+    for pattern, row in bad:
+        with pytest.raises(ConfigError, match=rf"^row 7, {pattern}"):
+            messages_of(row, "row 7")
+    assert messages_of({"prompt": "p", "completion": "c"}, "row 1") == [
+        {"role": "user", "content": "p"}, {"role": "assistant", "content": "c"}]  # fmt: skip

@@ -36,15 +36,27 @@ def pad_chats(samples: list[tuple[Tensor, Tensor]], pad: int) -> tuple[Tensor, T
             nn.utils.rnn.pad_sequence(list(targets), batch_first=True, padding_value=IGNORE_INDEX))  # fmt: skip
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
 def messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
+    """A row's chat, each turn a role and a text; refused in one sentence if a turn is not, or an answer is empty."""
     if isinstance(row.get("messages"), list) and row["messages"]:
-        return [{"role": str(m["role"]), "content": str(m["content"])} for m in row["messages"]]
-    if "prompt" in row and "completion" in row:
-        return [
-            {"role": "user", "content": str(row["prompt"])},
-            {"role": "assistant", "content": str(row["completion"])},
-        ]
-    raise ConfigError(f"{where}: a row holds either messages (a list of role and content) or prompt and completion.")
+        messages = row["messages"]
+    elif "prompt" in row and "completion" in row:
+        messages = [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["completion"]}]
+    else:
+        raise ConfigError(f"{where}: a row holds either messages (a list of role and content) or prompt and "
+                          "completion.")  # fmt: skip
+    for i, m in enumerate(messages, 1):
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise ConfigError(f"{where}, turn {i}: {json.dumps(m)[:80]} is not a turn: a role among {list(ROLES)} "
+                              "and a content that is text.")  # fmt: skip
+        if m["role"] == "assistant" and not m["content"].strip():
+            raise ConfigError(
+                f"{where}, turn {i}: an empty answer (the assistant's content); there is nothing to learn."
+            )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
 def tokenize_chat(tokenizer: Any, messages: list[dict[str, str]], max_length: int, where: str) -> tuple[Tensor, Tensor]:

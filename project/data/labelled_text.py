@@ -83,10 +83,12 @@ def pretrained_path(name_or_path: str, key: str, download: bool) -> str:
     try:
         return snapshot_download(name_or_path, local_files_only=True)
     except Exception:  # not in the cache (or not a hub id): huggingface_hub raises several kinds
+        hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
+        fetch = f"; a hub id is fetched on a connected machine (hf download {name_or_path}) and its cache copied over" \
+            if hub_id else ""  # fmt: skip
         raise ConfigError(
-            f"{key}={name_or_path!r}: not a local directory, nor in the local Hugging Face cache (nothing is "
-            f"downloaded unless download: true): save it on a connected machine (huggingface-cli download "
-            f"{name_or_path}) and copy the cache over, or point {key} at a directory save_pretrained wrote."
+            f"{key}={name_or_path!r}: no such directory (one that save_pretrained wrote), nor a model in the local "
+            f"Hugging Face cache{fetch}."
         ) from None
 
 

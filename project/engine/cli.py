@@ -317,6 +317,12 @@ class CLI(LightningCLI):
                 "data.target_type for a CSV)."
             )
         # A net that masks padding names the id it takes for it (a pretrained model's); the data must pad with it.
+        rows, vocabulary = getattr(task.net, "vocab_size", None), getattr(data, "vocabulary", None)
+        if rows is not None and vocabulary and len(vocabulary) > rows:
+            raise ConfigError(
+                f"model.net.class_path={type(task.net).__name__} embeds {rows} token ids, but the data's tokenizer has "
+                f"{len(vocabulary)}: give the data the model's own tokenizer (e.g. data.tokenizer)."
+            )
         net_pad, data_pad = getattr(task.net, "pad_id", None), getattr(data, "pad_id", None)
         if None not in (net_pad, data_pad) and net_pad != data_pad:
             raise ConfigError(

@@ -108,7 +108,11 @@ class LanguageModel(Task):
         test = getattr(datamodule, "test_set", None)
         if not self.trainer.is_global_zero or test is None or len(test) == 0:
             return
-        prompt = test[0][0][: max(1, len(test[0][0]) // 2)][None].to(self.device)
+        questions = getattr(datamodule, "test_columns", {}).get("input")
+        if hasattr(datamodule, "prompt_ids") and questions:  # chats: the first test chat's question, as predict asks
+            prompt = datamodule.prompt_ids(questions[0])[None].to(self.device)  # type: ignore[union-attr]
+        else:
+            prompt = test[0][0][: max(1, len(test[0][0]) // 2)][None].to(self.device)
         was_training = self.training
         self.eval()
         generated = self.generate(prompt, torch.Generator(device=self.device).manual_seed(self.seed))
