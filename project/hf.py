@@ -43,10 +43,43 @@ class _Pretrained(nn.Module):
     the adapters and whatever else trains (a classifier's head) with their optimizer state."""
 
     model: Any  # a transformers model, or peft's around it
-    name_or_path: str
-    path: str
 
-    def _after_init(self) -> None:
+    def __init__(
+        self,
+        name_or_path: str,
+        lora: "LoRA | None" = None,
+        gradient_checkpointing: bool = False,
+        attn_implementation: str | None = None,
+        dtype: Literal["float32", "bfloat16"] = "float32",
+        download: bool = False,
+    ) -> None:
+        """
+        Args:
+            name_or_path: a directory ``save_pretrained`` wrote, or a hub id in the local cache.
+            lora: train LoRA adapters (and a classifier's new head) on a frozen base instead of every weight.
+            gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
+            attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
+            dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
+                bfloat16 for the frozen base under LoRA (half its memory; what trains stays float32).
+            download: allow fetching ``name_or_path`` from the hub.
+        """
+        super().__init__()
+        transformers_module()  # the hf extra, or one sentence saying how to install it
+        self.name_or_path, self.lora, self.gradient_checkpointing = name_or_path, lora, gradient_checkpointing
+        self.path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
+        # How from_pretrained loads the model (and its tokenizer: local_files_only).
+        self.loading: dict[str, Any] = {"dtype": _dtype(dtype, lora), "local_files_only": not download}
+        if attn_implementation:
+            self.loading["attn_implementation"] = attn_implementation
+
+    def _adopt(self, model: Any, task_type: str) -> None:
+        """``model`` as this net's, checkpointed and wrapped as the arguments say, in train mode."""
+        if self.gradient_checkpointing:  # non-reentrant: reentrant checkpointing breaks under DDP with LoRA (peft #313)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model = _with_lora(model, self.lora, task_type) if self.lora is not None else model
+        # from_pretrained leaves the model in eval mode, and Lightning keeps each submodule's mode: dropout (and
+        # LoRA's) would stay off for the whole run (Lightning #20105).
+        self.model.train()
         self.register_load_state_dict_post_hook(_frozen_are_not_missing)
 
     @property
@@ -101,48 +134,20 @@ class HFClassifier(_Pretrained):
     """``AutoModelForSequenceClassification`` from ``name_or_path`` with a new head of ``num_outputs`` classes:
     token ids in (padding with the tokenizer's pad id, masked out), logits out."""
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_outputs: int,
-        name_or_path: str,
-        lora: LoRA | None = None,
-        gradient_checkpointing: bool = False,
-        attn_implementation: str | None = None,
-        dtype: Literal["float32", "bfloat16"] = "float32",
-        download: bool = False,
-    ) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, name_or_path: str, **pretrained: Any) -> None:
         """
         Args:
             input_shape: (max_length,), linked from the data.
             num_outputs: the classes, linked from the data.
             name_or_path: a directory ``save_pretrained`` wrote, or a hub id in the local cache.
-            lora: train LoRA adapters (and the head) on a frozen base instead of every weight.
-            gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
-            attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
-            dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
-                bfloat16 for the frozen base under LoRA (half its memory; the adapters stay float32).
-            download: allow fetching ``name_or_path`` from the hub.
+            **pretrained: how it is loaded and trained (``lora``, ``dtype``, ...: see ``_Pretrained``).
         """
-        super().__init__()
-        transformers = transformers_module()
-        key = "model.net.init_args.name_or_path"
-        self.name_or_path = name_or_path
-        self.path = path = pretrained_path(name_or_path, key, download)
-        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=num_outputs, dtype=_dtype(dtype, lora), ignore_mismatched_sizes=True,
-            local_files_only=not download, **kwargs,
-        )  # fmt: skip
-        if gradient_checkpointing:  # non-reentrant: reentrant checkpointing breaks under DDP with LoRA (peft #313)
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.pad_id = self.model.config.pad_token_id
-        if lora is not None:
-            self.model = _with_lora(self.model, lora, "SEQ_CLS")
-        # from_pretrained leaves the model in eval mode, and Lightning keeps each submodule's mode: dropout (and
-        # LoRA's) would stay off for the whole run (Lightning #20105).
-        self.model.train()
-        self._after_init()
+        super().__init__(name_or_path, **pretrained)
+        model = transformers_module().AutoModelForSequenceClassification.from_pretrained(
+            self.path, num_labels=num_outputs, ignore_mismatched_sizes=True, **self.loading
+        )
+        self.pad_id = model.config.pad_token_id
+        self._adopt(model, "SEQ_CLS")
 
     def forward(self, ids: Tensor) -> Tensor:
         return _float(self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long(), use_cache=False).logits)
@@ -158,46 +163,22 @@ class HFCausalLM(_Pretrained):
     # float32's rounding there (the contract suite's tolerance), not float64's.
     float32_inside = True
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_outputs: int,
-        name_or_path: str,
-        lora: LoRA | None = None,
-        gradient_checkpointing: bool = False,
-        attn_implementation: str | None = None,
-        dtype: Literal["float32", "bfloat16"] = "float32",
-        download: bool = False,
-    ) -> None:
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, name_or_path: str, **pretrained: Any) -> None:
         """
         Args:
             input_shape: (max_length,), linked from the data.
             num_outputs: the tokenizer's vocabulary, linked from the data (the embeddings grow if it is larger).
             name_or_path: a directory ``save_pretrained`` wrote, or a hub id in the local cache.
-            lora: train LoRA adapters on a frozen base instead of every weight.
-            gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
-            attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
-            dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
-                bfloat16 for the frozen base under LoRA (half its memory; the adapters stay float32).
-            download: allow fetching ``name_or_path`` from the hub.
+            **pretrained: how it is loaded and trained (``lora``, ``dtype``, ...: see ``_Pretrained``).
         """
-        super().__init__()
-        transformers = transformers_module()
-        self.name_or_path = name_or_path
-        self.path = path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
-        kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, dtype=_dtype(dtype, lora), local_files_only=not download, **kwargs
+        super().__init__(name_or_path, **pretrained)
+        model = transformers_module().AutoModelForCausalLM.from_pretrained(self.path, **self.loading)
+        self.tokenizer = transformers_module().AutoTokenizer.from_pretrained(
+            self.path, local_files_only=self.loading["local_files_only"]
         )
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=not download)
-        if num_outputs > self.model.get_input_embeddings().num_embeddings:
-            self.model.resize_token_embeddings(num_outputs)
-        if gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if lora is not None:
-            self.model = _with_lora(self.model, lora, "CAUSAL_LM")
-        self.model.train()  # from_pretrained leaves eval mode, which Lightning would keep (Lightning #20105)
-        self._after_init()
+        if num_outputs > model.get_input_embeddings().num_embeddings:
+            model.resize_token_embeddings(num_outputs)
+        self._adopt(model, "CAUSAL_LM")
 
     def forward(self, ids: Tensor) -> Tensor:
         return _float(self.model(input_ids=ids, use_cache=False).logits)
