@@ -98,11 +98,18 @@ class _Pretrained(nn.Module):
 
     def load_pretrained(self) -> dict[str, Any]:
         """Which base model a fresh run starts from (read when the net was built), for the run's provenance.json:
-        the path or hub id, and a hash of its weight files."""
+        the path or hub id, and the hub's revision (a cached model's folder is named by it) or else a hash of the
+        weight files (reading them once more: about a second per GB)."""
+        record = {"name_or_path": self.name_or_path, "path": str(self.path)}
+        path = Path(self.path)
+        if path.parent.name == "snapshots":  # the Hugging Face cache: .../snapshots/<commit of the model's repo>
+            return {**record, "revision": path.name}
         digest = hashlib.sha256()
-        for weights in sorted(Path(self.path).glob("*.safetensors")) or sorted(Path(self.path).glob("*.bin")):
-            digest.update(weights.read_bytes())
-        return {"name_or_path": self.name_or_path, "path": str(self.path), "weights_sha256": digest.hexdigest()}
+        for weights in sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")):
+            with open(weights, "rb") as f:
+                while chunk := f.read(1 << 24):
+                    digest.update(chunk)
+        return {**record, "weights_sha256": digest.hexdigest()}
 
 
 def _dtype(name: str, lora: "LoRA | None") -> torch.dtype:
