@@ -146,7 +146,7 @@ check-manual: $(INSTALLED) ## the template's own checks of its manual, examples 
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
-	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME))
+	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME)) $(ARGS)
 
 tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"

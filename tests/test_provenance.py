@@ -4,6 +4,7 @@ segment ended), and `make runs` lists the runs from those records alone."""
 import importlib.metadata
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -204,6 +205,24 @@ def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
     assert " 0.01 " in by_run["digits/version_1"]  # the hyperparameter that differs
     assert table(logs, "early").splitlines()[1].startswith("early/version_0")
     assert len(table(logs, "early").splitlines()) == 2
+
+
+@pytest.mark.guarantee(
+    "`make runs` shows the config keys that differ with the recipe's (model.*) first, then the trainer's and the "
+    "data's, and says how many more differ than it shows"
+)
+def test_make_runs_shows_the_recipes_keys_first_and_says_how_many_more_differ(logs: Path, tmp_path: Path) -> None:
+    # Two of the runs, one of them given another batch size too: data.* sorts before model.*, the recipe comes first.
+    for i in (0, 1):
+        shutil.copytree(logs / "digits" / f"version_{i}", tmp_path / "digits" / f"version_{i}")
+    config = tmp_path / "digits" / "version_1" / "config.yaml"
+    config.write_text(config.read_text().replace("batch_size: 64", "batch_size: 32", 1))
+    narrow = table(tmp_path, max_hparams=1).splitlines()
+    assert narrow[0].split()[-2] == "model.optimizer.init_args.lr"  # before the commit column
+    more = "(2 more keys differ: trainer.max_epochs, data.batch_size; make runs ARGS='--columns 10' shows more)"
+    assert narrow[-1] == more  # the model's keys, the trainer's, the data's
+    assert table(tmp_path, max_hparams=3).splitlines()[0].split()[-4:-1] == [
+        "model.optimizer.init_args.lr", "trainer.max_epochs", "data.batch_size"]  # fmt: skip
 
 
 @pytest.mark.guarantee(

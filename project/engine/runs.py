@@ -180,7 +180,11 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
     rows = sorted((run_summary(r, logs) for r in runs), key=lambda row: row["started"])
     configs = {row["run"]: _config_values(logs / row["run"]) for row in rows}
     keys = sorted({k for c in configs.values() for k in c})
-    differing = [k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1][:max_hparams]
+    # The recipe first (model.*: the optimizer, its lr, the schedule, LoRA), then the trainer's, the data's, the rest.
+    order = {"model": 0, "trainer": 1, "data": 2}
+    differ = sorted((k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1),
+                    key=lambda k: (order.get(k.partition(".")[0], 3), k))  # fmt: skip
+    differing, untold = differ[:max_hparams], differ[max_hparams:]
     # The scores of the metric each run is judged by: named in the header when every run shares it.
     metrics = {row["metric"] for row in rows if row["metric"]}
     shared = metrics.pop() if len(metrics) == 1 else None
@@ -196,7 +200,9 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
             "" if row["best"] is None else f"{row['best']:.4f}", "" if row["test"] is None else f"{row['test']:.4f}",
             *(configs[row["run"]].get(k, "") for k in differing), row["commit"],
         ])  # fmt: skip
-    return columns(lines)
+    named = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
+    more = f"\n({len(untold)} more keys differ: {named}; make runs ARGS='--columns 10' shows more)" if untold else ""
+    return columns(lines) + more
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,8 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--logs", default="logs", help="the directory of runs (default: logs)")
     parser.add_argument("--name", default=None, help="only the runs of this experiment (logs/<name>/...)")
+    parser.add_argument("--columns", type=int, default=5, help="config keys that differ shown (default: 5)")
     args = parser.parse_args(argv)
-    print(table(Path(args.logs), args.name or None))
+    print(table(Path(args.logs), args.name or None, args.columns))
 
 
 if __name__ == "__main__":
