@@ -67,15 +67,6 @@ pytestmark = [
         "checkpoint from raw inputs; the inspect notebook runs on a classifier, a regressor and a segmenter"
     ),
     pytest.mark.guarantee(
-        "segmentation: `val/miou` and pixel `acc` equal a hand computation over the whole split (a class absent "
-        "from truth and prediction left out, `ignore_index` pixels ignored), the loss each image's mean "
-        "cross-entropy over its labelled pixels; masks resized by nearest neighbour and flipped with their images; "
-        "each bad pair (no mask, no image, size mismatch, value beyond the classes, RGB mask, unreadable file) "
-        "refused in one sentence naming the file, exit 2, no run directory; the UNet's outputs per pixel for any "
-        "size divisible by 2**depth, independent of the batch; `predict` writes one mask per input at its size, "
-        "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`"
-    ),
-    pytest.mark.guarantee(
         'the language model (the contract suite\'s "language_model" subject): int64 token ids of a declared '
         "vocabulary, never normalised; learns one batch by heart; resumes bit for bit; accumulation = big batch; "
         "greedy generation = the argmax of the teacher-forced forward, with the sampling settings given at predict "

@@ -28,7 +28,8 @@ pytestmark = [
         "each bad pair (no mask, no image, size mismatch, value beyond the classes, RGB mask, unreadable file) "
         "refused in one sentence naming the file, exit 2, no run directory; the UNet's outputs per pixel for any "
         "size divisible by 2**depth, independent of the batch; `predict` writes one mask per input at its size, "
-        "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`"
+        "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`",
+        unmutated="an example's own code",
     ),
 ]
 

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from project.data.labelled_text import pretrained_path, read_rows, transformers_module
+from project.data.labelled_text import huggingface_tokenizer_file, pretrained_path, read_rows, transformers_module
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 from project.engine.task import IGNORE_INDEX
@@ -171,10 +171,8 @@ class ChatDataModule(DataModule):
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def run_files(self) -> dict[str, str]:
-        tokenizer = {"kind": "huggingface", "special": {"<pad>": self.pad_id}, "vocabulary": self.vocabulary,
-                     "chat_template": self.tokenizer.chat_template,
-                     "tokenizer": json.loads(self.tokenizer.backend_tokenizer.to_str())}  # fmt: skip
-        return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
+        return huggingface_tokenizer_file(self.tokenizer, self.pad_id, self.vocabulary,
+                                          chat_template=self.tokenizer.chat_template)  # fmt: skip
 
     def show(self, sample: Tensor, ax: Any) -> None:
         ax.text(0.0, 1.0, self.decode(sample.tolist())[:300], va="top", family="monospace", fontsize=7, wrap=True)

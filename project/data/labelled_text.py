@@ -92,6 +92,15 @@ def pretrained_path(name_or_path: str, key: str, download: bool) -> str:
         ) from None
 
 
+def huggingface_tokenizer_file(
+    tokenizer: Any, pad_id: int, vocabulary: list[str] | None, **more: Any
+) -> dict[str, str]:
+    """``tokenizer.json`` of a run: the vocabulary in id order, the pad id and the Hugging Face tokenizer itself."""
+    record = {"kind": "huggingface", "special": {"<pad>": pad_id}, "vocabulary": vocabulary, **more,
+              "tokenizer": json.loads(tokenizer.backend_tokenizer.to_str())}  # fmt: skip
+    return {"tokenizer.json": json.dumps(record, indent=1)}
+
+
 class LabelledTextDataModule(DataModule):
     """Texts with a class each, split at random by ``split_seed``."""
 
@@ -191,10 +200,8 @@ class LabelledTextDataModule(DataModule):
     def run_files(self) -> dict[str, str]:
         """``tokenizer.json``: the byte-level tokenizer (a byte's id is its value), or the Hugging Face one's own
         file, as plain JSON."""
-        if self._tokenizer is not None:  # its vocabulary in id order, and the Hugging Face tokenizer itself
-            tokenizer = {"kind": "huggingface", "special": {"<pad>": self.pad_id}, "vocabulary": self.vocabulary,
-                         "tokenizer": json.loads(self._tokenizer.backend_tokenizer.to_str())}  # fmt: skip
-            return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
+        if self._tokenizer is not None:
+            return huggingface_tokenizer_file(self._tokenizer, self.pad_id, self.vocabulary)
         tokenizer = {"kind": "bytes", "encoding": "utf-8", "special": {"<pad>": PAD}, "vocabulary": self.vocabulary}
         return {"tokenizer.json": json.dumps(tokenizer, indent=1)}
 
