@@ -85,8 +85,12 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     assert config.startswith("# the template's later default\n") and config.endswith("# mine\n")  # both
     assert (repo / "HISTORY.md").read_text() == f"Made from the template, whose package was `{PACKAGE}/`.\n"
     assert not (repo / PACKAGE).exists()  # the package stays renamed
-    head = _git(template, "describe", "--tags", "--always").strip()
-    assert f"_commit: {head}\n" in (repo / ".copier-answers.yml").read_text()
+    # copier records `git describe --tags --always` of its clone, whose abbreviation length is git's to choose:
+    # the recorded name must resolve, in the template, to its newest commit.
+    answers = (repo / ".copier-answers.yml").read_text()
+    recorded = next(line.split(":", 1)[1].strip() for line in answers.splitlines() if line.startswith("_commit:"))
+    resolved = run("git", "rev-parse", "--verify", "--quiet", f"{recorded}^{{commit}}", cwd=template).stdout.strip()
+    assert resolved == _git(template, "rev-parse", "HEAD").strip(), answers
     changed = {line[3:] for line in _git(repo, "status", "--porcelain").splitlines()}
     assert changed == {f"{NEW}/engine/monitor.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
                        "configs/default.yaml", ".copier-answers.yml"}  # fmt: skip
