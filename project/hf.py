@@ -145,7 +145,7 @@ class HFClassifier(_Pretrained):
         """
         Args:
             input_shape: (max_length,), linked from the data.
-            num_outputs: the classes, linked from the data.
+            num_outputs: the classes (or tags), linked from the data.
             name_or_path: a directory ``save_pretrained`` wrote, or a hub id in the local cache.
             **pretrained: how it is loaded and trained (``lora``, ``dtype``, ...: see ``_Pretrained``).
         """
@@ -258,7 +258,8 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
         names = list(data.target_names)
         hf_model.config.id2label = dict(enumerate(names))
         hf_model.config.label2id = {name: i for i, name in enumerate(names)}
-        hf_model.config.problem_type = "single_label_classification"
+        multi = data.target_kind == "values"  # a 0/1 value per tag: transformers' loss is then the tags' BCE
+        hf_model.config.problem_type = "multi_label_classification" if multi else "single_label_classification"
     hf_model.save_pretrained(out / "model")
     tokenizer = net.tokenizer if isinstance(net, HFCausalLM) else data.tokenizer_object()
     for directory in (out / "model", out / "adapter"):

@@ -230,7 +230,8 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
 
 @pytest.mark.guarantee(
     "what runs is what the config lists: no callback or plugin is added behind it; leaving out "
-    "`AtomicCheckpointIO`, `LastCheckpoint` or `Provenance` loses its guarantee, one line each says so"
+    "`AtomicCheckpointIO`, `LastCheckpoint`, `Provenance` or the prediction writer loses its guarantee, one line "
+    "each says so"
 )
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from project.engine.checkpoints import AtomicCheckpointIO
@@ -247,7 +248,8 @@ def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCa
     assert "leaves out" not in caplog.text
     # Left out of the config: not added behind its back, and one line each says what is lost.
     callbacks = [cb for cb in yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
-                 if not cb["class_path"].endswith(("LastCheckpoint", "Provenance", "ValidateTheLastStep"))]  # fmt: skip
+                 if not cb["class_path"].endswith(("LastCheckpoint", "Provenance", "ValidateTheLastStep",
+                                                   "CSVPredictionWriter"))]  # fmt: skip
     overlay = tmp_path / "without.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "plugins": None}}))
     bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(overlay)))
@@ -255,3 +257,7 @@ def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCa
     lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
     named = ("AtomicCheckpointIO", "LastCheckpoint", "ValidateTheLastStep", "Provenance")
     assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 4
+    # predict likewise: a config without a prediction writer writes no predictions, and one line says so.
+    run = Path(bare.trainer.log_dir)
+    main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])
+    assert "lists no prediction writer" in caplog.text and not (run / "predictions.csv").exists()

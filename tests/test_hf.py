@@ -257,3 +257,72 @@ def test_a_bfloat16_base_under_lora_trains_float32_adapters(lines_csv: Path, tin
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
     x, _, _ = _batch(lines_csv, tiny_bert, n=4)
     assert cli.model.eval()(x).dtype == torch.float32
+
+
+TAGS = ["comment", "paren", "quote"]
+
+
+def _tagged(lines_csv: Path, path: Path) -> Path:
+    """The lines with three 0/1 tags each (is a comment, holds a parenthesis, holds a quote): rows hold several."""
+    with open(lines_csv, encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", *TAGS])
+        for row in rows:
+            text = row["text"]
+            writer.writerow([text, int(row["label"] == "comment"), int("(" in text), int("'" in text or '"' in text)])
+    return path
+
+
+@pytest.mark.guarantee(
+    "multi-label text classification with a Hugging Face encoder (`data.label` a list of 0/1 tag columns, the "
+    "MultiLabel task): it learns (macro F1 above the all-tags-on predictor's), the loss on a batch is transformers' "
+    "own multi-label loss, and the export says `multi_label_classification` with the tags as its labels",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_multi_label_fine_tuning_learns_and_exports_as_transformers_multi_label(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path
+) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    from project.data import LabelledTextDataModule
+    from project.engine.runs import load_run
+    from project.hf import save_pretrained
+
+    tagged = _tagged(lines_csv, tmp_path / "tagged.csv")
+    unsure = tmp_path / "unsure.csv"
+    unsure.write_text("text,comment,paren\n# hi,1,0\nx = f(1),0,maybe\n")
+    with pytest.raises(ConfigError, match=r"row 2, column 'paren' holds 'maybe'; a tag column holds 0 or 1"):
+        LabelledTextDataModule(path=str(unsure), label=["comment", "paren"])
+    overlay = tmp_path / "multilabel.yaml"
+    # Another task's class_path starts its arguments afresh (jsonargparse): the net and the optimizer are restated.
+    overlay.write_text(
+        "model:\n  class_path: project.tasks.multilabel.MultiLabel\n  init_args:\n"
+        f"    net: {{class_path: project.hf.HFClassifier, init_args: {{name_or_path: {tiny_bert}}}}}\n"
+        "    optimizer: {class_path: torch.optim.AdamW, init_args: {lr: 0.005, weight_decay: 0.01}}\n"
+        f"data:\n  init_args:\n    label: [{', '.join(TAGS)}]\n"
+    )
+    given = (f"--data.path={tagged}", f"--data.tokenizer={tiny_bert}")
+    fit(tmp_path, *given, *SHORT, "--trainer.max_epochs=30", configs=(DIGITS, HF, str(overlay)))
+    run = tmp_path / "hf" / "version_0"
+    # The all-tags-on predictor's macro F1 is the mean of 2p / (1 + p) over the tags' shares p of positive rows.
+    with open(tagged, encoding="utf-8") as f:
+        shares = [sum(int(r[t]) for r in rows) / len(rows) for rows in [list(csv.DictReader(f))] for t in TAGS]
+    all_on = sum(2 * p / (1 + p) for p in shares) / len(shares)
+    f1 = [value for _, value in scalars(run)["val/f1"]]
+    assert max(f1) > all_on + 0.2, (f1, all_on)
+
+    model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=True)
+    data.setup("fit")
+    x, y = next(iter(data.val_dataloader()))
+    assert y.dtype == torch.float32 and y.shape == (len(x), len(TAGS)) and set(y.unique().tolist()) == {0.0, 1.0}
+    exported = AutoModelForSequenceClassification.from_pretrained(save_pretrained(run) / "model").eval()
+    assert exported.config.problem_type == "multi_label_classification"
+    assert exported.config.id2label == dict(enumerate(TAGS))
+    with torch.no_grad():
+        ours = model.eval().loss(model(x), y).mean()
+        theirs = exported(input_ids=x, attention_mask=(x != data.pad_id).long(), labels=y).loss
+    # The same weights and ops (BCE with logits, a mean over the batch's tags): equal up to float32 rounding.
+    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)

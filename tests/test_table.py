@@ -144,7 +144,9 @@ def test_the_prediction_file_carries_the_id_columns_as_written_in_input_order(tm
     task = SimpleNamespace(prediction_table=lambda outputs: (["prediction"], [["yes"], ["no"]]),
                            write_prediction_files=lambda *args: None)  # fmt: skip
     writer = CSVPredictionWriter(str(tmp_path / "predictions.csv"))
-    writer.write_on_epoch_end(SimpleNamespace(datamodule=default), task, [torch.zeros(2, 2)], [])  # type: ignore[arg-type]
+    writer.write_on_epoch_end(
+        SimpleNamespace(datamodule=default, callbacks=[writer], ckpt_path=None), task, [torch.zeros(2, 2)], []
+    )  # type: ignore[arg-type]
     with open(tmp_path / "predictions.csv") as f:
         assert list(csv.reader(f)) == [["index", "customer", "input.prediction", "prediction"],
                                        ["0", "00042", "a", "yes"], ["1", "0007", "b", "no"]]  # fmt: skip
@@ -222,7 +224,9 @@ def test_predictions_on_the_test_split_carry_its_rows_id_columns(tmp_path: Path)
     task = SimpleNamespace(prediction_table=lambda outputs: (["prediction"], [["p"]] * len(outputs)),
                            write_prediction_files=lambda *args: None)  # fmt: skip
     writer = CSVPredictionWriter(str(tmp_path / "predictions.csv"))
-    writer.write_on_epoch_end(SimpleNamespace(datamodule=dm), task, [torch.zeros(len(test), 2)], [])  # type: ignore[arg-type]
+    writer.write_on_epoch_end(
+        SimpleNamespace(datamodule=dm, callbacks=[writer], ckpt_path=None), task, [torch.zeros(len(test), 2)], []
+    )  # type: ignore[arg-type]
     with open(tmp_path / "predictions.csv") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["index", "customer", "prediction"]

@@ -33,7 +33,7 @@ def pad_batch(samples: list[tuple[Tensor, Tensor]], pad: int = PAD) -> tuple[Ten
 
 
 class _Texts(Dataset):
-    def __init__(self, ids: list[Tensor], labels: list[int]) -> None:
+    def __init__(self, ids: list[Tensor], labels: list[int] | list[list[float]]) -> None:
         self.ids, self.labels = ids, labels
 
     def __len__(self) -> int:
@@ -41,6 +41,10 @@ class _Texts(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         return self.ids[index], torch.tensor(self.labels[index])
+
+
+# What a tag column may hold (a CSV's text, or JSON's numbers and booleans as str() writes them).
+_TAG_VALUES = {"0": 0.0, "1": 1.0, "0.0": 0.0, "1.0": 1.0, "False": 0.0, "True": 1.0, "false": 0.0, "true": 1.0}
 
 
 def read_rows(path: Path, key: str) -> list[dict[str, Any]]:
@@ -102,7 +106,7 @@ def huggingface_tokenizer_file(
 
 
 class LabelledTextDataModule(DataModule):
-    """Texts with a class each, split at random by ``split_seed``."""
+    """Texts with a class each (or a 0/1 value per tag), split at random by ``split_seed``."""
 
     input_dtype = torch.int64
 
@@ -110,7 +114,7 @@ class LabelledTextDataModule(DataModule):
         self,
         path: str,
         text: str = "text",
-        label: str = "label",
+        label: str | list[str] = "label",
         max_length: int = 256,
         tokenizer: str | None = None,
         *,
@@ -121,7 +125,8 @@ class LabelledTextDataModule(DataModule):
         Args:
             path: a .csv file (with a header) or a .jsonl file.
             text: the column (key) holding the text.
-            label: the column (key) holding the class.
+            label: the column (key) holding the class; or a list of columns holding 0 or 1 each, one per tag
+                (multi-label, for ``project.tasks.multilabel.MultiLabel``).
             max_length: tokens kept of each text (its first ones).
             tokenizer: a Hugging Face tokenizer (a directory or a hub id in the local cache: a pretrained model's
                 own) instead of bytes.
@@ -145,13 +150,23 @@ class LabelledTextDataModule(DataModule):
         if self.restored():  # the class names from the checkpoint: the file is not read
             return
         self._rows = read_rows(Path(path), "data.path")
-        for key, column in (("text", text), ("label", label)):
+        tags = [label] if isinstance(label, str) else list(label)
+        for key, column in (("text", text), *(("label", tag) for tag in tags)):
             missing = next((i for i, row in enumerate(self._rows, 1) if column not in row), None)
             if missing is not None or not self._rows:
                 raise ConfigError(f"data.{key}={column!r}: not a column of {path!r} (row {missing or 1}).")
-        self.target_names = sorted({str(row[label]) for row in self._rows})
-        if len(self.target_names) < 2:
-            raise ConfigError(f"data.label={label!r}: {path!r} holds one class only ({self.target_names}).")
+        if isinstance(label, str):
+            self.target_names = sorted({str(row[label]) for row in self._rows})
+            if len(self.target_names) < 2:
+                raise ConfigError(f"data.label={label!r}: {path!r} holds one class only ({self.target_names}).")
+            return
+        if not tags:
+            raise ConfigError("data.label=[]: name the tag columns (a list of one or more columns holding 0 or 1).")
+        self.target_kind, self.target_names = "values", tags
+        for i, row in enumerate(self._rows, 1):
+            if bad := next((tag for tag in tags if str(row[tag]).strip() not in _TAG_VALUES), None):
+                raise ConfigError(f"data.label: {path!r}, row {i}, column {bad!r} holds {row[bad]!r}; a tag column "
+                                  "holds 0 or 1 (true or false).")  # fmt: skip
 
     def encode(self, text: str, where: str) -> Tensor:
         if not text:  # a text of no token: nothing for the net to read (and its mean over no token is undefined)
@@ -174,12 +189,13 @@ class LabelledTextDataModule(DataModule):
         return self._tokenizer
 
     def load_dataset(self) -> Dataset:
-        index = {name: i for i, name in enumerate(self.target_names)}
-        column, label = self.hparams["text"], self.hparams["label"]
-        path = self.hparams["path"]
+        column, label, path = self.hparams["text"], self.hparams["label"], self.hparams["path"]
         ids = [self.encode(str(r[column]), f"data.path={path!r}, row {i}") for i, r in enumerate(self._rows, 1)]
         _, _, test = self.split_indices(len(self._rows))
         self.test_columns = {"input": [str(self._rows[i][column]) for i in test]}  # the test split's predictions' texts
+        if self.target_kind == "values":  # a 0/1 value per tag
+            return _Texts(ids, [[_TAG_VALUES[str(r[tag]).strip()] for tag in label] for r in self._rows])
+        index = {name: i for i, name in enumerate(self.target_names)}
         return _Texts(ids, [index[str(r[label])] for r in self._rows])
 
     def load_predict_inputs(self, path: Path) -> Dataset:  # type: ignore[override]

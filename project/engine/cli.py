@@ -20,7 +20,14 @@ from typing import Any, Literal, NoReturn
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import (
+    BasePredictionWriter,
+    Checkpoint,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info
@@ -38,7 +45,6 @@ from project.engine.datamodule import DataModule, learned_in, restoring
 from project.engine.errors import ConfigError, cause_of, config_error_in
 from project.engine.last_checkpoint import Interrupted, LastCheckpoint, LoaderWorkerDied
 from project.engine.monitored import ValidateTheLastStep
-from project.engine.predict import CSVPredictionWriter
 from project.engine.provenance import Provenance
 from project.engine.runs import flatten
 from project.engine.task import Task
@@ -337,10 +343,9 @@ class CLI(LightningCLI):
             print(f"Inputs normalised with the statistics {type(task.net).__name__} expects (mean {expected['mean']}, "
                   f"std {expected['std']}); data.normalize=train uses the training split's instead.")  # fmt: skip
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
-        if self.subcommand == "predict" and not any(isinstance(cb, CSVPredictionWriter) for cb in callbacks):
-            ckpt_path = self.config.predict.get("ckpt_path")
-            run_dir = Path(ckpt_path).resolve().parent.parent if ckpt_path else Path.cwd()
-            callbacks.append(CSVPredictionWriter(str(run_dir / "predictions.csv")))
+        if self.subcommand == "predict" and not any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
+            rank_zero_info("The config's trainer.callbacks lists no prediction writer (project.engine.predict."
+                           "CSVPredictionWriter, configs/default.yaml): the predictions are not written.")  # fmt: skip
         if self.subcommand == "fit":
             self._say_what_the_config_leaves_out(callbacks)
         for provenance in (cb for cb in callbacks if isinstance(cb, Provenance)):

@@ -15,15 +15,24 @@ class CSVPredictionWriter(BasePredictionWriter):
     task's ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values
     in the targets' units); the DataModule's ``predict_columns`` are what it carries through from the inputs (the
     file each came from, a table's ID columns), so the rows can be joined back to them. Files a prediction
-    has beside its row (a segmentation's masks) are the task's ``write_prediction_files``, into the CSV's folder."""
+    has beside its row (a segmentation's masks) are the task's ``write_prediction_files``, into the CSV's folder.
 
-    def __init__(self, output: str = "predictions.csv") -> None:
+    ``output`` null: ``predictions.csv`` in the run directory of the checkpoint predicted with (the working directory
+    without one), unless another writer in the list names its own file (``make predict OUTPUT=`` adds one)."""
+
+    def __init__(self, output: str | None = None) -> None:
         super().__init__(write_interval="epoch")
         self.output = output
 
     def write_on_epoch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any, batch_indices: Any
     ) -> None:
+        writers = [cb for cb in trainer.callbacks if isinstance(cb, CSVPredictionWriter)]  # type: ignore[attr-defined]
+        if self.output is None and any(w.output is not None for w in writers):
+            return  # another writer names its own file
+        ckpt = trainer.ckpt_path  # <run>/checkpoints/best.ckpt
+        run_dir = Path(ckpt).resolve().parent.parent if ckpt else Path.cwd()
+        output = Path(self.output) if self.output is not None else run_dir / "predictions.csv"
         outputs = torch.cat(list(predictions)).float()
         header, rows = pl_module.prediction_table(outputs)  # type: ignore[operator]
         dm = trainer.datamodule  # type: ignore[attr-defined]
@@ -31,7 +40,6 @@ class CSVPredictionWriter(BasePredictionWriter):
         carried = getattr(dm, "predict_columns" if on_a_file else "test_columns", {})
         # a carried column named like one of ours (a table's own "prediction" column) is kept under another name
         carried = {(f"input.{k}" if k in ("index", *header) else k): v for k, v in carried.items()}
-        output = Path(self.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w", newline="") as f:
             writer = csv.writer(f)
