@@ -8,6 +8,7 @@ of LightningCLI, for every run: checkpoints are written atomically, Ctrl-C/SIGTE
 with ``weights_only=True`` and must agree with the config, and ``fit`` ends by testing the best checkpoint.
 """
 
+import contextlib
 import importlib
 import os
 import re
@@ -89,6 +90,8 @@ class SaveConfig(SaveConfigCallback):
             for logger in trainer.loggers:
                 logger.finalize("failed")
             shutil.rmtree(run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # logs/<name> too, if this run was all it held
+                run_dir.parent.rmdir()
 
 
 def _written_at_start(name: str) -> bool:
