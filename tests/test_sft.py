@@ -175,3 +175,52 @@ def test_a_malformed_chat_is_refused_naming_its_row_and_turn() -> None:
             messages_of(row, "row 7")
     assert messages_of({"prompt": "p", "completion": "c"}, "row 1") == [
         {"role": "user", "content": "p"}, {"role": "assistant", "content": "c"}]  # fmt: skip
+
+
+@pytest.mark.guarantee(
+    "SFT's first optimizer steps are a plain transformers + PyTorch loop's, bitwise: from the same pretrained model "
+    "and chats in the same seeded order, with the loss as the task computes it (the assistant's summed token losses "
+    "times one over their count), AdamW, the warmup+cosine LR per step and clipping at 1.0, every weight is equal",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_the_first_steps_are_a_plain_transformers_loops_bitwise(
+    tiny_chat: Path, chats_jsonl: Path, tmp_path: Path
+) -> None:
+    from torch.utils.data import DataLoader, DistributedSampler
+    from transformers import AutoModelForCausalLM
+
+    from project.recipe import WarmupCosine, resolve_warmup_steps
+
+    steps, seed = 4, 42  # seed: seed_everything in tests/configs/digits.yaml
+    cli = fit(tmp_path, *_given(chats_jsonl, tiny_chat), f"--trainer.max_steps={steps}", configs=(DIGITS, SFT))
+    assert cli.trainer.global_step == steps
+    template = cli.model.net.model.state_dict()  # the best checkpoint's, which the final test loaded: step 4's
+
+    # The loop: transformers' model and torch's sampler, optimizer, schedule and clipping; the DataModule's
+    # tokenised chats and padding (what is compared is the training, not the tokenisation).
+    torch.use_deterministic_algorithms(True)  # trainer.deterministic
+    torch.manual_seed(seed)
+    data = cli.datamodule
+    model = AutoModelForCausalLM.from_pretrained(tiny_chat, dtype=torch.float32).train()
+    params = list(model.parameters())
+    groups = [{"params": [p for p in params if p.ndim >= 2]}, {"params": [p for p in params if p.ndim < 2]}]
+    optimizer = torch.optim.AdamW(groups, lr=0.005, weight_decay=0.0)  # tests/configs/sft.yaml
+    schedule = WarmupCosine(optimizer, steps, resolve_warmup_steps(0.05, steps), min_lr=1e-5)  # digits.yaml's
+    sampler = DistributedSampler(data.train_set, num_replicas=1, rank=0, shuffle=True, seed=seed, drop_last=True)
+    loader = DataLoader(data.train_set, batch_size=8, sampler=sampler, collate_fn=data.collate_fn)
+    for _, (x, y) in zip(range(steps), loader, strict=False):
+        logits = model(input_ids=x, use_cache=False).logits
+        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none", ignore_index=IGNORE_INDEX)
+        loss = losses.view_as(y).masked_fill(y == IGNORE_INDEX, 0.0).sum()
+        loss = loss * (1 / (y != IGNORE_INDEX).sum().clamp_min(1).double()).float()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], 1.0)
+        optimizer.step()
+        schedule.step()
+    torch.use_deterministic_algorithms(False)
+    plain = model.state_dict()
+    assert template.keys() == plain.keys()
+    differ = [k for k in plain if not torch.equal(template[k], plain[k])]
+    assert not differ, f"{len(differ)} of {len(plain)} tensors differ, e.g. {differ[:3]}"
