@@ -5,7 +5,8 @@
 
 A model is read from a local directory or the local Hugging Face cache, never downloaded unless ``download: true``;
 its tokenizer is the data's too (``data.tokenizer``, the same path). With ``lora``, peft wraps the model: the base is
-frozen, the adapters (and a classifier's new head) train.
+frozen, the adapters (and a classifier's new head) train; ``dtype: nf4`` loads that base in 4 bits (QLoRA, the
+``qlora`` extra: bitsandbytes).
 
     python -m project.hf logs/<name>/version_<N> [--out DIR]   # DIR/model (+ DIR/adapter under LoRA)
 """
@@ -50,7 +51,7 @@ class _Pretrained(nn.Module):
         lora: "LoRA | None" = None,
         gradient_checkpointing: bool = False,
         attn_implementation: str | None = None,
-        dtype: Literal["float32", "bfloat16"] = "float32",
+        dtype: Literal["float32", "bfloat16", "nf4"] = "float32",
         download: bool = False,
     ) -> None:
         """
@@ -60,7 +61,8 @@ class _Pretrained(nn.Module):
             gradient_checkpointing: recompute activations in the backward (less memory, ~30% more compute).
             attn_implementation: transformers' ``eager``, ``sdpa`` (its default where supported), ...
             dtype: the weights as loaded: float32 (full fine-tuning; on a GPU with trainer.precision=bf16-mixed), or
-                bfloat16 for the frozen base under LoRA (half its memory; what trains stays float32).
+                for the frozen base under LoRA bfloat16 (half its memory) or nf4 (QLoRA: 4-bit NormalFloat blocks
+                computing in bfloat16, about a quarter; bitsandbytes); what trains stays float32.
             download: allow fetching ``name_or_path`` from the hub.
         """
         super().__init__()
@@ -68,7 +70,8 @@ class _Pretrained(nn.Module):
         self.name_or_path, self.lora, self.gradient_checkpointing = name_or_path, lora, gradient_checkpointing
         self.path = pretrained_path(name_or_path, "model.net.init_args.name_or_path", download)
         # How from_pretrained loads the model (and its tokenizer: local_files_only).
-        self.loading: dict[str, Any] = {"dtype": _dtype(dtype, lora), "local_files_only": not download}
+        self.loading: dict[str, Any] = {**_dtype(dtype, lora), "local_files_only": not download}
+        self.quantized = dtype == "nf4"
         if attn_implementation:
             self.loading["attn_implementation"] = attn_implementation
 
@@ -76,6 +79,10 @@ class _Pretrained(nn.Module):
         """``model`` as this net's, checkpointed and wrapped as the arguments say, in train mode."""
         if self.gradient_checkpointing:  # non-reentrant: reentrant checkpointing breaks under DDP with LoRA (peft #313)
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.quantized:  # peft's QLoRA preparation: norms and embeddings in float32, inputs that need grads
+            from peft import prepare_model_for_kbit_training
+
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=self.gradient_checkpointing)
         self.model = _with_lora(model, self.lora, task_type) if self.lora is not None else model
         # from_pretrained leaves the model in eval mode, and Lightning keeps each submodule's mode: dropout (and
         # LoRA's) would stay off for the whole run (Lightning #20105).
@@ -92,8 +99,12 @@ class _Pretrained(nn.Module):
 
     def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
         state = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
-        for name in self.frozen_names():
-            state.pop(prefix + name, None)
+        frozen = self.frozen_names()
+        for key in [k for k in state if k.startswith(prefix)]:
+            # A frozen weight, and what a 4-bit one keeps beside it (<weight>.absmax, <weight>.quant_state...).
+            parts = key[len(prefix) :].split(".")
+            if any(".".join(parts[:i]) in frozen for i in range(1, len(parts) + 1)):
+                del state[key]
         return state
 
     def load_pretrained(self) -> dict[str, Any]:
@@ -112,13 +123,26 @@ class _Pretrained(nn.Module):
         return {**record, "weights_sha256": digest.hexdigest()}
 
 
-def _dtype(name: str, lora: "LoRA | None") -> torch.dtype:
-    if name == "bfloat16" and lora is None:
+def _dtype(name: str, lora: "LoRA | None") -> dict[str, Any]:
+    """from_pretrained's arguments for the weights as ``dtype`` names them."""
+    if name != "float32" and lora is None:
         raise ConfigError(
-            "model.net.init_args.dtype=bfloat16 is for a frozen base under LoRA: full fine-tuning keeps float32 "
+            f"model.net.init_args.dtype={name} is for a frozen base under LoRA: full fine-tuning keeps float32 "
             "weights (with trainer.precision=bf16-mixed to compute in bfloat16 on a GPU)."
         )
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+    if name != "nf4":
+        return {"dtype": {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]}
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "model.net.init_args.dtype=nf4 (QLoRA) needs bitsandbytes: make install EXTRAS=hf,qlora."
+        ) from None
+    quantization = transformers_module().BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )  # fmt: skip
+    return {"dtype": torch.bfloat16, "quantization_config": quantization}
 
 
 def _floating_inputs_in_float32(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -253,6 +277,14 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
         base = Path(net.name_or_path)  # a directory as an absolute path: the adapter loads from anywhere
         hf_model.peft_config["default"].base_model_name_or_path = str(base.resolve()) if base.is_dir() else str(base)
         hf_model.save_pretrained(out / "adapter")
+        if net.quantized:  # merged into the base reloaded in bfloat16, not into its 4-bit blocks (QLoRA's way)
+            from peft import PeftModel
+
+            auto = transformers_module().AutoModelForSequenceClassification if isinstance(net, HFClassifier) else (
+                transformers_module().AutoModelForCausalLM)  # fmt: skip
+            labels = {"num_labels": len(data.target_names)} if isinstance(net, HFClassifier) else {}
+            reloaded = auto.from_pretrained(net.path, dtype=torch.bfloat16, local_files_only=True, **labels)
+            hf_model = PeftModel.from_pretrained(reloaded, out / "adapter")
         hf_model = hf_model.merge_and_unload()
     if isinstance(net, HFClassifier):
         names = list(data.target_names)

@@ -270,3 +270,50 @@ def test_fine_tuning_a_pretrained_model_beats_the_same_model_from_scratch(
     # Seen: 1.4 against 5.0 nats per token (ln of the vocabulary, an untrained model's, is about 6): a model that
     # kept its untrained weights would score as the scratch one does, give or take the seeds.
     assert tuned < 0.5 * scratch, (tuned, scratch)
+
+
+@pytest.mark.guarantee(
+    "QLoRA (`dtype: nf4`: LoRA on a base loaded in 4 bits by bitsandbytes): the base's linear layers hold 4-bit "
+    "blocks, only the adapters train and are checkpointed, and the export merges the adapter into the base "
+    "reloaded in bfloat16, whose logits are peft's adapter on that base to bfloat16 rounding; without LoRA it is "
+    "refused",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
+    chats_jsonl: Path, tmp_path: Path
+) -> None:
+    bnb = pytest.importorskip("bitsandbytes", reason="the qlora extra is not installed (make install EXTRAS=hf,qlora)")
+    from make_example_data import write_tiny_chat_model
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from project.hf import HFCausalLM, save_pretrained
+
+    # 128 wide: bitsandbytes quantizes blocks of 64 weights along a layer's inputs.
+    wide = write_tiny_chat_model(tmp_path / "wide-chat", chats_jsonl.read_text().splitlines(), width=128)
+    with pytest.raises(ConfigError, match=r"dtype=nf4 is for a frozen base under LoRA"):
+        HFCausalLM((64,), 10, str(wide), dtype="nf4")
+    lora = "--model.net.init_args.lora={r: 8, alpha: 16, target_modules: all-linear}"
+    cli = fit(tmp_path, *_given(chats_jsonl, wide), lora, "--model.net.init_args.dtype=nf4", "--trainer.max_steps=6",
+              configs=(DIGITS, SFT))  # fmt: skip
+    quantized = [m for m in cli.model.net.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert quantized and all(m.weight.dtype == torch.uint8 for m in quantized)  # two 4-bit weights per byte
+    run = Path(cli.trainer.log_dir)
+    saved = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+    assert saved and all(".lora_A." in k or ".lora_B." in k for k in saved), sorted(saved)[:5]
+
+    out = save_pretrained(run)
+    merged = AutoModelForCausalLM.from_pretrained(out / "model").eval()
+    assert merged.dtype == torch.bfloat16 and not any(isinstance(m, bnb.nn.Linear4bit) for m in merged.modules())
+    base = AutoModelForCausalLM.from_pretrained(wide, dtype=torch.bfloat16).eval()
+    x = cli.datamodule.prompt_ids("Spell tiger backwards.")[None]
+    with torch.no_grad():
+        without = base(input_ids=x).logits.float()
+        adapted = PeftModel.from_pretrained(base, out / "adapter").eval()(input_ids=x).logits.float()
+        theirs = merged(input_ids=x).logits.float()
+    # bfloat16 keeps 8 significant bits: each merged weight, and each product and sum after it, rounds by up to 2^-8
+    # of its size; through two layers that stays within a few percent of the logits' scale.
+    scale = adapted.abs().max()
+    torch.testing.assert_close(theirs, adapted, rtol=0, atol=float(2**-5 * scale))
+    assert (adapted - without).abs().max() > 2**-3 * scale  # and the adapter matters more than that rounding
