@@ -46,7 +46,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -94,6 +94,9 @@ install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and instal
 	$(if $(TORCH_SPEC)$(EXTRAS),$(DROP_UNLOADABLE_TORCHVISION))
 
 comma := ,
+
+example-data: $(INSTALLED) ## write the examples' data under data/ (offline; with the hf extra, tiny Hugging Face models too)
+	$(BIN)/python scripts/make_example_data.py $(ARGS)
 
 train: $(INSTALLED) ## train CONFIG (default configs/default.yaml) with ARGS, then test the best checkpoint
 	$(BIN)/python -m project fit --config $(CONFIG) $(ARGS)

@@ -280,7 +280,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"Wrote {write_tiny_encoder(Path(args.out) / 'tiny-bert', texts)}/")
         chats = write_chats(Path(args.out) / "chats.jsonl")
         print(f"Wrote {chats}")
-        print(f"Wrote {write_tiny_chat_model(Path(args.out) / 'tiny-chat', chats.read_text().splitlines())}/")
+        # 64 wide: QLoRA's 4-bit blocks (bitsandbytes) hold 64 weights along a layer's inputs.
+        tiny_chat = write_tiny_chat_model(Path(args.out) / "tiny-chat", chats.read_text().splitlines(), width=64)
+        print(f"Wrote {tiny_chat}/")
 
 
 if __name__ == "__main__":

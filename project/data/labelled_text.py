@@ -126,7 +126,7 @@ class LabelledTextDataModule(DataModule):
             path: a .csv file (with a header) or a .jsonl file.
             text: the column (key) holding the text.
             label: the column (key) holding the class; or a list of columns holding 0 or 1 each, one per tag
-                (multi-label, for ``project.tasks.multilabel.MultiLabel``).
+                (multi-label: the targets of the MultiLabel task).
             max_length: tokens kept of each text (its first ones).
             tokenizer: a Hugging Face tokenizer (a directory or a hub id in the local cache: a pretrained model's
                 own) instead of bytes.
