@@ -94,6 +94,14 @@ class _Pretrained(nn.Module):
         """The token ids the model embeds (the data's tokenizer must have no more)."""
         return int(self.model.get_input_embeddings().num_embeddings)
 
+    def shard_units(self) -> list[nn.Module]:
+        """What FSDP shards as one unit (configs/fsdp.yaml): the blocks the model names in ``_no_split_modules``
+        (a decoder or encoder layer; without such names, the items of its layer lists), so that tied weights (the
+        embeddings and the output layer) stay together in the whole net's unit."""
+        if names := set(getattr(self.model, "_no_split_modules", None) or []):
+            return [m for m in self.model.modules() if type(m).__name__ in names]
+        return [block for m in self.model.modules() if isinstance(m, nn.ModuleList) for block in m]
+
     def frozen_names(self) -> set[str]:
         return {name for name, p in self.named_parameters() if not p.requires_grad}
 

@@ -230,7 +230,9 @@ def write_chats(path: str | Path, count: int = 400, seed: int = 0) -> Path:
     return path
 
 
-def write_tiny_chat_model(path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32) -> Path:
+def write_tiny_chat_model(
+    path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32, tied: bool = False
+) -> Path:
     """A tiny Llama and its byte-level BPE tokenizer learned from ``texts``, with a ChatML chat template, saved as a
     pretrained model is: for ``configs/tasks/sft.yaml`` where nothing can be downloaded (a stand-in for a real
     instruct model such as ``Qwen/Qwen2.5-0.5B-Instruct``; its weights are random)."""
@@ -250,7 +252,7 @@ def write_tiny_chat_model(path: str | Path, texts: list[str], seed: int = 0, lay
     config = LlamaConfig(vocab_size=len(hf_tokenizer), hidden_size=width, intermediate_size=2 * width,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=512, pad_token_id=hf_tokenizer.pad_token_id,
-                         eos_token_id=hf_tokenizer.eos_token_id, tie_word_embeddings=False)  # fmt: skip
+                         eos_token_id=hf_tokenizer.eos_token_id, tie_word_embeddings=tied)  # fmt: skip
     torch.manual_seed(seed)
     path = Path(path)
     AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(path)

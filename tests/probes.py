@@ -76,7 +76,11 @@ class Recorder(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         self.lrs.append([group["lr"] for group in optimizer.param_groups])
-        grads = [p.grad.detach().flatten() for p in pl_module.parameters() if p.grad is not None]
+        from torch.distributed.tensor import DTensor
+
+        # FSDP's gradients are shards: gathered whole (a collective, on every rank).
+        grads = [(p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).detach().flatten()
+                 for p in pl_module.parameters() if p.grad is not None]  # fmt: skip
         flat = torch.cat(grads)  # in the run's own dtype: a float64 run is compared in float64
         self.grad_norms.append(flat.float().norm().item())
         if self.keep_grads:
@@ -351,3 +355,21 @@ class EvalOutputs(L.Callback):
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
         self._check("test", pl_module, outputs, batch)
+
+
+class WeightDtypeInForward(L.Callback):
+    """The dtype of the net's first ``nn.Linear`` weight as its forward sees it (FSDP's gathered weight), at the first
+    training step, saved by rank 0 to ``out``."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.seen: list[str] = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        layer = next(m for m in pl_module.modules() if isinstance(m, torch.nn.Linear))
+        self.hook = layer.register_forward_pre_hook(lambda module, args: self.seen.append(str(module.weight.dtype)))
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.hook.remove()
+        if trainer.is_global_zero:
+            Path(self.out).write_text(self.seen[0])

@@ -317,3 +317,51 @@ def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
     scale = adapted.abs().max()
     torch.testing.assert_close(theirs, adapted, rtol=0, atol=float(2**-5 * scale))
     assert (adapted - without).abs().max() > 2**-3 * scale  # and the adapter matters more than that rounding
+
+
+@pytest.mark.guarantee(
+    "full fine-tuning of a Hugging Face model under FSDP2 (configs/fsdp.yaml) shards the blocks the model names "
+    "(`_no_split_modules`) and keeps tied embeddings whole: 2 processes x 4 chats get the gradient of 1 process x 8 "
+    "at every optimizer step, to float32 rounding",
+    unmutated="an example's own code",
+)
+@pytest.mark.slow
+def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gradient(
+    chats_jsonl: Path, tmp_path: Path
+) -> None:
+    from conftest import ROOT, run_module
+    from make_example_data import write_tiny_chat_model
+
+    tied = write_tiny_chat_model(tmp_path / "tied-chat", chats_jsonl.read_text().splitlines(), tied=True)
+    common = (*_given(chats_jsonl, tied), "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+              "--trainer.accelerator=cpu", "--trainer.callbacks+=probes.Recorder",
+              "--trainer.callbacks.keep_grads=true")  # fmt: skip
+    single = fit(tmp_path / "one", *common, f"--trainer.callbacks.out_dir={tmp_path / 'one'}", "--data.batch_size=8",
+                 configs=(DIGITS, SFT))  # fmt: skip
+    assert single.trainer.global_step == 2
+    assert single.model.net.model.lm_head.weight is single.model.net.model.model.embed_tokens.weight  # tied
+    fsdp = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "fsdp.yaml"),
+                      *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'fsdp'}", "--data.batch_size=4",
+                      f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
+    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for step, batch in enumerate(one["batches"]):
+        assert sorted(batch) == sorted(ranks[0]["batches"][step] + ranks[1]["batches"][step])
+        expected = one["grads"][step]
+        for rank in ranks:  # the gathered gradient: float32 rounding inside (norms, RoPE), as in accumulation
+            torch.testing.assert_close(rank["grads"][step], expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+    # In bf16: the gathered weights compute in bfloat16 (FSDP's mixed-precision policy), the gradient is the same.
+    bf16 = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "fsdp.yaml"),
+                      *common, "--trainer.precision=bf16-mixed", "--data.batch_size=4",
+                      f"--trainer.logger.init_args.save_dir={tmp_path / 'bf'}",
+                      f"--trainer.callbacks.out_dir={tmp_path / 'bf16'}",
+                      "--trainer.callbacks+=probes.WeightDtypeInForward",
+                      f"--trainer.callbacks.out={tmp_path / 'dtype.txt'}", cwd=Path.cwd())  # fmt: skip
+    assert bf16.returncode == 0, bf16.stderr[-3000:]
+    assert (tmp_path / "dtype.txt").read_text() == "torch.bfloat16"  # not float32 under autocast alone
+    half = torch.load(tmp_path / "bf16" / "rank0.pt", weights_only=True)["grads"][0]
+    # The first step's gradient from the same weights and batch: bfloat16 keeps 8 significant bits (2^-8 relative
+    # per rounding, a few dozen in sequence): within a few percent of the gradient's scale.
+    expected = one["grads"][0]
+    torch.testing.assert_close(half, expected, rtol=0, atol=2**-4 * expected.abs().max().item())

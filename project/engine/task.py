@@ -214,13 +214,18 @@ class Task(L.LightningModule):
         # FSDP2 (configs/fsdp.yaml: ModelParallelStrategy provides the device mesh): shard every layer with
         # weights, then the whole net, over the data-parallel dimension. Before the optimizer is built.
         if self.device_mesh is not None and not getattr(self, "_sharded", False):
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             mesh = self.device_mesh["data_parallel"]
-            for layer in self.net.modules():
-                if isinstance(layer, nn.Linear | nn.Conv2d):
-                    fully_shard(layer, mesh=mesh)
-            fully_shard(self.net, mesh=mesh)
+            # bf16 precision: the gathered weights compute in bfloat16 (half the all-gather), gradients are reduced
+            # in float32 and the shards stay float32 (torchtitan's policy).
+            bf16 = str(self.trainer.precision).startswith("bf16")
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+            # The net may name its units (a transformer's blocks); else every layer with weights is one.
+            units = getattr(self.net, "shard_units", None)
+            for layer in units() if units else (m for m in self.net.modules() if isinstance(m, nn.Linear | nn.Conv2d)):
+                fully_shard(layer, mesh=mesh, mp_policy=policy or MixedPrecisionPolicy())
+            fully_shard(self.net, mesh=mesh, mp_policy=policy or MixedPrecisionPolicy())
             self._sharded = True
         compile = self.hparams["compile"]
         if compile and not getattr(self, "_compiled", False):

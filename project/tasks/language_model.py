@@ -106,7 +106,9 @@ class LanguageModel(Task):
         # What the scores mean to a reader: one continuation of a test prompt, sampled as predict samples.
         datamodule = getattr(self.trainer, "datamodule", None)
         test = getattr(datamodule, "test_set", None)
-        if not self.trainer.is_global_zero or test is None or len(test) == 0:
+        # Sharded weights (FSDP) are gathered by each forward, a collective: then every rank generates (the same
+        # tokens, from the same seed) and rank 0 shows them.
+        if (not self.trainer.is_global_zero and self.device_mesh is None) or test is None or len(test) == 0:
             return
         questions = getattr(datamodule, "test_columns", {}).get("input")
         if hasattr(datamodule, "prompt_ids") and questions:  # chats: the first test chat's question, as predict asks
