@@ -94,6 +94,22 @@ class _Pretrained(nn.Module):
         """The token ids the model embeds (the data's tokenizer must have no more)."""
         return int(self.model.get_input_embeddings().num_embeddings)
 
+    @property
+    def vocabulary(self) -> list[str] | None:
+        """The model's own tokenizer's tokens by id (None where its directory has no tokenizer): the data's must be
+        the same."""
+        if not hasattr(self, "_vocabulary"):
+            tokenizer = getattr(self, "tokenizer", None)
+            if tokenizer is None:
+                try:
+                    tokenizer = transformers_module().AutoTokenizer.from_pretrained(
+                        self.path, local_files_only=self.loading["local_files_only"]
+                    )
+                except (OSError, ValueError):
+                    tokenizer = None
+            self._vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if tokenizer else None
+        return self._vocabulary
+
     def shard_units(self) -> list[nn.Module]:
         """What FSDP shards as one unit (configs/fsdp.yaml): the blocks the model names in ``_no_split_modules``
         (a decoder or encoder layer; without such names, the items of its layer lists), so that tied weights (the

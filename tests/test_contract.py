@@ -541,10 +541,8 @@ def _data_moved_away(cli: CLI, tmp_path: Path) -> Iterator[None]:
 )
 def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tuple[Path, CLI], tmp_path: Path) -> None:
     """The run directory is all a model needs: copied elsewhere while its training data is gone (as on another
-    machine), predict on files writes the same bytes and export checks the same parity, from what the checkpoint
-    keeps."""
-    from project.engine.export import export
-
+    machine), predict on files writes the same bytes, from what the checkpoint keeps (the export test below exports
+    such a copy)."""
     run, cli = trained
     given = _test_inputs_file(cli.datamodule, tmp_path)
     given_on_the_command_line = [f"--data.predict_path={given}"]
@@ -557,15 +555,10 @@ def test_a_copied_run_predicts_and_exports_without_its_training_data(trained: tu
     with _data_moved_away(cli, tmp_path):
         main(["predict", "--config", str(copy / "config.yaml"), f"--ckpt_path={copy / best}",
               *given_on_the_command_line])  # fmt: skip
-        there = export(copy / best)  # it checks its own parity: ParityError otherwise
         _, rebuilt = load_run(copy / best, read_data=False)
     assert (copy / "predictions.csv").read_bytes() == (run / "predictions.csv").read_bytes()
-    # Export checked the model on the same inputs as where the data is, and describes the same input.
-    dm = cli.datamodule
-    for kept, split in zip(rebuilt.examples(), dm.split_tensors("test", EXAMPLES), strict=True):
-        assert torch.equal(kept, split)  # the first test inputs and their targets
-    assert there["input"]["normalization"] == dm.normalization and there["input"].get("features") == dm.input_names
-    assert there["input"]["dtype"] == str(dm.input_dtype).removeprefix("torch.")
+    for kept, split in zip(rebuilt.examples(), cli.datamodule.split_tensors("test", EXAMPLES), strict=True):
+        assert torch.equal(kept, split)  # the first test inputs and their targets: what export checks parity on
 
 
 def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
@@ -608,14 +601,21 @@ def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
     assert scalars(run)["test/loss"][0][1] == pytest.approx(_test_loss_by_hand(task, outputs, targets), rel=1e-5)
 
 
-def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI]) -> None:
+@pytest.mark.guarantee(
+    "a run directory copied where its training data is not predicts on files the same bytes and exports with the "
+    "same parity (every shipped DataModule)"
+)
+def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI], tmp_path: Path) -> None:
     import onnxruntime
 
     from project.engine.export import export
 
-    run, cli = trained
+    original, cli = trained
     task, dm = cli.model, cli.datamodule
-    metadata = export(run / "checkpoints" / "best.ckpt")
+    run = tmp_path / "elsewhere" / original.name  # a copy, exported where the training data is not
+    shutil.copytree(original, run)
+    with _data_moved_away(cli, tmp_path):
+        metadata = export(run / "checkpoints" / "best.ckpt")  # it checks its own parity: ParityError otherwise
     assert json.loads((run / "checkpoints" / "model.json").read_text()) == metadata
     assert metadata["output"] == json.loads(json.dumps(task.output_description()))
     sequences = not dm.input_dtype.is_floating_point

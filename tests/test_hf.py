@@ -74,7 +74,8 @@ def test_the_loss_is_transformers_own_and_padding_changes_nothing(lines_csv: Pat
 
 @pytest.mark.guarantee(
     "a model that is not a local directory nor in the local Hugging Face cache is refused in one sentence naming "
-    "the key (nothing is downloaded unless asked), and a net whose pad id is not the data's is refused",
+    "the key (nothing is downloaded unless asked), and a net whose pad id, size or tokenizer is not the data's is "
+    "refused",
     unmutated="an example's own code",
 )
 def test_a_missing_model_and_a_pad_id_the_data_does_not_use_are_refused(
@@ -93,6 +94,14 @@ def test_a_missing_model_and_a_pad_id_the_data_does_not_use_are_refused(
     another = (f"--model.net.init_args.name_or_path={small}",)  # the data keeps tiny_bert's tokenizer (500 ids)
     with pytest.raises(ConfigError, match=r"embeds \d+ token ids, but the data's tokenizer has \d+"):
         fit(tmp_path, *_given(lines_csv, tiny_bert), *another, *SHORT, configs=(DIGITS, HF))
+    # Another model of the same size and pad id, whose tokenizer learned other words: each id means another token.
+    with open(lines_csv, encoding="utf-8") as f:
+        backwards = [row["text"][::-1] for row in csv.DictReader(f)]
+    other = write_tiny_encoder(tmp_path / "other-bert", backwards)
+    assert other != tiny_bert
+    mixed = (f"--model.net.init_args.name_or_path={other}",)
+    with pytest.raises(ConfigError, match=r"the data's tokenizer is not model\.net's: token id \d+ is .* in the "):
+        fit(tmp_path, *_given(lines_csv, tiny_bert), *mixed, *SHORT, configs=(DIGITS, HF))
 
 
 def _logits_in_a_fresh_process(directory: Path, texts: list[str], adapter_of: Path | None = None) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """Training mechanics, each compared with a closed form or a reference computation (one process, CPU, fp32)."""
 
 import copy
+import gc
 import math
 from pathlib import Path
 
@@ -107,19 +108,26 @@ RECIPES = {
     "your-own-schedule": (("--model.schedule=toy.HalvingSchedule", "--model.schedule.every=4"), torch.optim.AdamW,
                           lambda step, warmup, total: PEAK * 0.5 ** (step // 4)),
 }  # fmt: skip
+# Another imported library's optimizer named SGD (bitsandbytes has one, and peft imports it where it is installed):
+# the bare name on the command line stays torch.optim's.
+RECIPES["sgd-beside-another-librarys-sgd"] = RECIPES["sgd-nesterov-linear"]
 
 
 @pytest.mark.guarantee(
     "the optimizer and the schedule are the config's (`model.optimizer`: any `torch.optim` class with its own "
-    "arguments; `model.schedule`: a shipped one or the user's own class), over the weight-decay split, every step "
-    "at the schedule's closed form"
+    "arguments, by a bare name even where another imported library has an optimizer of that name; "
+    "`model.schedule`: a shipped one or the user's own class), over the weight-decay split, every step at the "
+    "schedule's closed form"
 )
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_optimizer_and_schedule_are_the_configs(recipe: str, tmp_path: Path) -> None:
     # By config lines alone: the optimizer of that class with its own arguments over the weight-decay split, and
     # every optimizer step at the schedule's closed form (2 epochs x 7 batches = 14 steps, 2 of warmup).
     args, kind, closed_form = RECIPES[recipe]
+    rival = type("SGD", (torch.optim.SGD,), {"__module__": __name__}) if "another" in recipe else None
     cli = fit(tmp_path, *args, "--trainer.max_epochs=2", "--trainer.limit_train_batches=7", "--model.warmup=2", *SHORT)
+    del rival  # gone from SGD's subclasses once collected: no other test sees it
+    gc.collect()
     optimizer = cli.trainer.optimizers[0]
     assert type(optimizer) is kind and optimizer.defaults["lr"] == PEAK
     if kind is torch.optim.SGD:

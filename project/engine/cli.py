@@ -154,6 +154,18 @@ def _optimizers() -> list[str]:
     return sorted(c.__name__ for c in found if c.__name__ not in unfit and getattr(torch.optim, c.__name__, 0) is c)
 
 
+def _torch_optimizer_names(args: list[str]) -> list[str]:
+    """A bare optimizer name on the command line (``--model.optimizer=SGD``) is torch.optim's: jsonargparse refuses a
+    name that two imported libraries share (bitsandbytes, which peft imports where it is installed, has an SGD)."""
+    key, named = "--model.optimizer", []
+    for i, arg in enumerate(args):
+        name = arg.removeprefix(key + "=") if arg.startswith(key + "=") else arg if i and args[i - 1] == key else ""
+        if name.isidentifier() and isinstance(getattr(torch.optim, name, None), type):
+            arg = arg.removesuffix(name) + f"torch.optim.{name}"
+        named.append(arg)
+    return named
+
+
 def _schedules() -> list[str]:
     return [c.__name__ for c in WarmupSchedule.__subclasses__()]
 
@@ -168,7 +180,7 @@ class CLI(LightningCLI):
     run_dir: Path | None = None  # the directory of the run being fitted, for main()'s message on a full disk
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
-        self._cli_args = list(args) if args is not None else sys.argv[1:]
+        self._cli_args = _torch_optimizer_names(list(args) if args is not None else sys.argv[1:])
         super().__init__(
             Task,
             DataModule,
@@ -177,7 +189,7 @@ class CLI(LightningCLI):
             save_config_callback=SaveConfig,
             auto_configure_optimizers=False,
             parser_class=_Parser,
-            args=args,
+            args=self._cli_args,
             run=run,
         )
 
@@ -338,6 +350,15 @@ class CLI(LightningCLI):
                 f"model.net.class_path={type(task.net).__name__} takes id {net_pad} for padding, but the data pads "
                 f"with {data_pad}: give the data the model's own tokenizer (e.g. data.tokenizer)."
             )
+        own = getattr(task.net, "vocabulary", None)  # a pretrained model's tokenizer: the data's must be the same
+        if own and vocabulary:
+            differ = next((i for i, (a, b) in enumerate(zip(vocabulary, own, strict=False)) if a != b), None)
+            if differ is not None:
+                raise ConfigError(
+                    f"the data's tokenizer is not model.net's: token id {differ} is {vocabulary[differ]!r} in the "
+                    f"data's and {own[differ]!r} in the model's; give data.tokenizer the model's own (the same path "
+                    "as model.net.init_args.name_or_path)."
+                )
         # The net may declare the input statistics it expects (a pretrained backbone: its pretraining's); the
         # DataModule, which alone knows the data, applies them unless its config says otherwise.
         expected = getattr(task.net, "input_statistics", None)
