@@ -270,7 +270,9 @@ def test_overriding_a_model_hyperparameter_on_resume_is_an_error(
 
 @pytest.mark.slow
 def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp_path: Path) -> None:
-    make = ["make", "--no-print-directory", "-s", "-C", str(ROOT), "resume"]
+    # INSTALLED= : the suite's own environment; a pyproject.toml edited since make install must not reinstall it
+    # (pip, unpinned) under the running suite.
+    make = ["make", "--no-print-directory", "-s", "-C", str(ROOT), "resume", "INSTALLED="]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH}
     empty = subprocess.run([*make, f"RUN={tmp_path / 'nothing'}"], capture_output=True, text=True, env=env)
     assert empty.returncode == 2 and "no run to resume" in empty.stderr

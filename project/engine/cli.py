@@ -583,11 +583,6 @@ def main(args: list[str] | None = None) -> None:
     threading.excepthook = _quiet_about_a_full_disk
     try:
         CLI(args)
-        # A finished DDP rank leaves its process group before the interpreter exits: left to interpreter shutdown,
-        # gloo's and the rendezvous store's C++ threads are torn down after the peer that hosts the store may have
-        # gone, which can abort a rank that finished its run (exit 134: a failed job to SLURM and torchrun).
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
     except (ConfigError, MisconfigurationException) as err:
         message = str(err)
         if "Original Traceback" in message:  # raised in a DataLoader worker: torch prepends the worker's traceback
@@ -616,3 +611,10 @@ def main(args: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
         sys.exit(128 + stop.signum)
+    finally:
+        # A DDP rank leaves its process group before the interpreter exits, however its run ended (finished, or
+        # stopped by a signal at the step every rank stops at): left to interpreter shutdown, gloo's and the
+        # rendezvous store's C++ threads are torn down after the peer that hosts the store may have gone, which
+        # can abort the rank (exit 134: a failed job to SLURM and torchrun; seen after a SIGTERM too).
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
