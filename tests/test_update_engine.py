@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import PACKAGE, ROOT
 from shipped_examples import selected_by
 from test_new_project import BIN, make, run, template_copy
@@ -85,10 +86,11 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     assert config.startswith("# the template's later default\n") and config.endswith("# mine\n")  # both
     assert (repo / "HISTORY.md").read_text() == f"Made from the template, whose package was `{PACKAGE}/`.\n"
     assert not (repo / PACKAGE).exists()  # the package stays renamed
-    # copier records `git describe --tags --always` of its clone, whose abbreviation length is git's to choose:
-    # the recorded name must resolve, in the template, to its newest commit.
+    # copier records `git describe --tags --always` of its clone: an abbreviation whose length is git's to choose,
+    # written as YAML (quoted when it is all digits, such as '4305234'). It must resolve, in the template, to its
+    # newest commit.
     answers = (repo / ".copier-answers.yml").read_text()
-    recorded = next(line.split(":", 1)[1].strip() for line in answers.splitlines() if line.startswith("_commit:"))
+    recorded = str(yaml.safe_load(answers)["_commit"])
     resolved = run("git", "rev-parse", "--verify", "--quiet", f"{recorded}^{{commit}}", cwd=template).stdout.strip()
     assert resolved == _git(template, "rev-parse", "HEAD").strip(), answers
     changed = {line[3:] for line in _git(repo, "status", "--porcelain").splitlines()}

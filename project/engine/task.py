@@ -211,21 +211,22 @@ class Task(L.LightningModule):
     # ---- the engine ---------------------------------------------------------------------------------------------
 
     def configure_model(self) -> None:
-        # FSDP2 (configs/fsdp.yaml: ModelParallelStrategy provides the device mesh): shard every layer with
-        # weights, then the whole net, over the data-parallel dimension. Before the optimizer is built.
+        # FSDP2 (configs/fsdp.yaml: ModelParallelStrategy provides the device mesh): shard each unit, then the
+        # whole net, over the data-parallel dimension. Before the optimizer is built.
         if self.device_mesh is not None and not getattr(self, "_sharded", False):
             from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
             mesh = self.device_mesh["data_parallel"]
-            # bf16 precision: the gathered weights compute in bfloat16 (half the all-gather), gradients are reduced
-            # in float32 and the shards stay float32 (torchtitan's policy).
-            bf16 = str(self.trainer.precision).startswith("bf16")
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+            policy = MixedPrecisionPolicy()  # FSDP's default: compute in the weights' own dtype
+            if str(self.trainer.precision).startswith("bf16"):
+                # The gathered weights compute in bfloat16 (half the all-gather), gradients are reduced in float32
+                # and the shards stay float32 (torchtitan's policy).
+                policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             # The net may name its units (a transformer's blocks); else every layer with weights is one.
             units = getattr(self.net, "shard_units", None)
             for layer in units() if units else (m for m in self.net.modules() if isinstance(m, nn.Linear | nn.Conv2d)):
-                fully_shard(layer, mesh=mesh, mp_policy=policy or MixedPrecisionPolicy())
-            fully_shard(self.net, mesh=mesh, mp_policy=policy or MixedPrecisionPolicy())
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(self.net, mesh=mesh, mp_policy=policy)
             self._sharded = True
         compile = self.hparams["compile"]
         if compile and not getattr(self, "_compiled", False):
