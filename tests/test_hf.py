@@ -286,8 +286,8 @@ def _tagged(lines_csv: Path, path: Path) -> Path:
 
 @pytest.mark.guarantee(
     "multi-label text classification with a Hugging Face encoder (`data.label` a list of 0/1 tag columns, the "
-    "MultiLabel task): it learns (macro F1 above the all-tags-on predictor's), the loss on a batch is transformers' "
-    "own multi-label loss, and the export says `multi_label_classification` with the tags as its labels",
+    "MultiLabel task): it learns (its held-out loss well below the tags' prevalence alone), the loss on a batch is "
+    "transformers' own multi-label loss, and the export says `multi_label_classification` with the tags as labels",
     unmutated="an example's own code",
 )
 @pytest.mark.slow
@@ -320,12 +320,14 @@ def test_multi_label_fine_tuning_learns_and_exports_as_transformers_multi_label(
     given = (f"--data.path={tagged}", f"--data.tokenizer={tiny_bert}")
     fit(tmp_path, *given, *SHORT, "--trainer.max_epochs=30", configs=(DIGITS, HF, str(overlay)))
     run = tmp_path / "hf" / "version_0"
-    # The all-tags-on predictor's macro F1 is the mean of 2p / (1 + p) over the tags' shares p of positive rows.
+    # A predictor that knows only each tag's share p of positive rows scores the tags' mean binary entropy,
+    # -(p ln p + (1 - p) ln(1 - p)), in binary cross-entropy; learning from the texts goes well below it. (Not the
+    # macro F1: a step function of the threshold that can sit still for epochs while the loss falls.)
     with open(tagged, encoding="utf-8") as f:
         shares = [sum(int(r[t]) for r in rows) / len(rows) for rows in [list(csv.DictReader(f))] for t in TAGS]
-    all_on = sum(2 * p / (1 + p) for p in shares) / len(shares)
-    f1 = [value for _, value in scalars(run)["val/f1"]]
-    assert max(f1) > all_on + 0.2, (f1, all_on)
+    prevalence_only = sum(-(p * math.log(p) + (1 - p) * math.log(1 - p)) for p in shares) / len(shares)
+    losses = [value for _, value in scalars(run)["val/loss"]]
+    assert min(losses) < 0.75 * prevalence_only, (losses, prevalence_only)
 
     model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=True)
     data.setup("fit")
