@@ -102,3 +102,15 @@ def test_export_without_the_extra_says_which_to_install(run: Path, monkeypatch: 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[export\]'"):
         export(run / "checkpoints" / "best.ckpt")
+
+
+def test_predict_warns_of_nothing_it_does_on_purpose(run: Path) -> None:
+    # Predict leaves the run's checkpoint callbacks out (so they neither restore nor write anything): Lightning's
+    # warnings that they are missing, or that their directory changed, would be noise on every predict.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _predict(run)
+    noise = ("callbacks used to create the checkpoint", "dirpath has changed")
+    assert not [str(w.message) for w in caught if any(n in str(w.message) for n in noise)]

@@ -16,6 +16,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
@@ -401,6 +402,13 @@ class CLI(LightningCLI):
         for key, kind, lost in missing:
             name = f"{kind.__module__}.{kind.__name__}"
             rank_zero_info(f"The config's {key} leaves out {name}: {lost} (configs/default.yaml lists it).")
+
+    def predict(self, **kwargs: Any) -> Any:
+        """``Trainer.predict`` (LightningCLI calls a method of the subcommand's name), without Lightning's warning that
+        the checkpoint's callbacks are missing: predict leaves the run's checkpoint callbacks out on purpose."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Be aware that when using `ckpt_path`, callbacks used to create")
+            return self.trainer.predict(**kwargs)
 
     def before_fit(self) -> None:
         self._started = time.perf_counter()
