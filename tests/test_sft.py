@@ -130,8 +130,6 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
 def test_two_processes_get_the_one_process_gradient_on_chats(
     tiny_chat: Path, chats_jsonl: Path, tmp_path: Path
 ) -> None:
-    from conftest import ROOT, run_module
-
     common = (*_given(chats_jsonl, tiny_chat), "--trainer.precision=64-true", "--trainer.max_steps=2",
               "--trainer.max_epochs=1", "--trainer.limit_val_batches=0", "--trainer.accelerator=cpu",
               "--trainer.callbacks+=probes.NoDropout", "--trainer.callbacks+=probes.Recorder",
@@ -139,17 +137,28 @@ def test_two_processes_get_the_one_process_gradient_on_chats(
     single = fit(tmp_path / "one", *common, f"--trainer.callbacks.out_dir={tmp_path / 'one'}", "--data.batch_size=8",
                  configs=(DIGITS, SFT))  # fmt: skip
     assert single.trainer.global_step == 2
-    ddp = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "ddp.yaml"),
-                     *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
-                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    # Chats of unequal lengths: the two processes hold unequal numbers of the assistant's tokens.
     one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
-    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    _assert_the_one_process_gradient(one, _on_two_processes("ddp.yaml", common, tmp_path / "two"))
+
+
+def _on_two_processes(overlay: str, common: tuple[str, ...], out: Path, *more: str) -> list[dict]:
+    """``fit`` over ``configs/<overlay>`` (DDP or FSDP) as 2 processes x 4 chats: each rank's ``probes.Recorder``."""
+    from conftest import ROOT, run_module
+
+    result = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / overlay),
+                        *common, "--data.batch_size=4", f"--trainer.logger.init_args.save_dir={out}",
+                        f"--trainer.callbacks.out_dir={out}", *more, cwd=Path.cwd())  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+
+
+def _assert_the_one_process_gradient(one: dict, ranks: list[dict]) -> None:
+    """Every optimizer step: the two ranks' batches are the one process's, and each rank holds its gradient."""
     for step, batch in enumerate(one["batches"]):
         assert sorted(batch) == sorted(ranks[0]["batches"][step] + ranks[1]["batches"][step])
-        # Chats of unequal lengths: the two processes hold unequal numbers of the assistant's tokens.
         expected = one["grads"][step]
-        for rank in ranks:  # every rank holds the all-reduced gradient; float32 rounding inside, as in accumulation
+        for rank in ranks:  # the reduced (or gathered) gradient: float32 rounding inside, as in accumulation
             torch.testing.assert_close(rank["grads"][step], expected, rtol=0, atol=1e-5 * expected.abs().max().item())
 
 
@@ -329,7 +338,6 @@ def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
 def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gradient(
     chats_jsonl: Path, tmp_path: Path
 ) -> None:
-    from conftest import ROOT, run_module
     from make_example_data import write_tiny_chat_model
 
     tied = write_tiny_chat_model(tmp_path / "tied-chat", chats_jsonl.read_text().splitlines(), tied=True)
@@ -340,27 +348,13 @@ def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gra
                  configs=(DIGITS, SFT))  # fmt: skip
     assert single.trainer.global_step == 2
     assert single.model.net.model.lm_head.weight is single.model.net.model.model.embed_tokens.weight  # tied
-    fsdp = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "fsdp.yaml"),
-                      *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'fsdp'}", "--data.batch_size=4",
-                      f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
-    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
     one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
-    ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    for step, batch in enumerate(one["batches"]):
-        assert sorted(batch) == sorted(ranks[0]["batches"][step] + ranks[1]["batches"][step])
-        expected = one["grads"][step]
-        for rank in ranks:  # the gathered gradient: float32 rounding inside (norms, RoPE), as in accumulation
-            torch.testing.assert_close(rank["grads"][step], expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+    _assert_the_one_process_gradient(one, _on_two_processes("fsdp.yaml", common, tmp_path / "two"))
     # In bf16: the gathered weights compute in bfloat16 (FSDP's mixed-precision policy), the gradient is the same.
-    bf16 = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / "fsdp.yaml"),
-                      *common, "--trainer.precision=bf16-mixed", "--data.batch_size=4",
-                      f"--trainer.logger.init_args.save_dir={tmp_path / 'bf'}",
-                      f"--trainer.callbacks.out_dir={tmp_path / 'bf16'}",
-                      "--trainer.callbacks+=probes.WeightDtypeInForward",
-                      f"--trainer.callbacks.out={tmp_path / 'dtype.txt'}", cwd=Path.cwd())  # fmt: skip
-    assert bf16.returncode == 0, bf16.stderr[-3000:]
+    half = _on_two_processes("fsdp.yaml", common, tmp_path / "bf16", "--trainer.precision=bf16-mixed",
+                             "--trainer.callbacks+=probes.WeightDtypeInForward",
+                             f"--trainer.callbacks.out={tmp_path / 'dtype.txt'}")[0]["grads"][0]  # fmt: skip
     assert (tmp_path / "dtype.txt").read_text() == "torch.bfloat16"  # not float32 under autocast alone
-    half = torch.load(tmp_path / "bf16" / "rank0.pt", weights_only=True)["grads"][0]
     # The first step's gradient from the same weights and batch: bfloat16 keeps 8 significant bits (2^-8 relative
     # per rounding, a few dozen in sequence): within a few percent of the gradient's scale.
     expected = one["grads"][0]
