@@ -1,5 +1,7 @@
 """Config overlays compose and run; bad input exits non-zero with a message naming the key."""
 
+import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +186,21 @@ def test_bad_input_exits_non_zero_naming_the_key(
     err = capsys.readouterr().err
     assert message in err and "usage:" not in err  # the one sentence, not jsonargparse's page of usage before it
     assert not (tmp_path / "digits").exists()
+
+
+def test_the_command_line_is_read_without_a_warning_and_a_bare_optimizer_name_is_torchs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from project.engine.cli import CLI
+
+    argv = ["--config", DIGITS, "--model.optimizer=SGD", f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    monkeypatch.setattr(sys, "argv", ["python -m project", *argv])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = CLI(run=False)
+    # LightningCLI warns when given arguments beside a command line's (as the rewritten optimizer name once was).
+    assert not [w.message for w in caught if "args" in str(w.message)]
+    assert cli.config.model.init_args.optimizer.class_path == "torch.optim.SGD"
 
 
 def test_unknown_key_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

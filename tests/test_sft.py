@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import DIGITS, SFT, fit
+from torch import Tensor
 
 from project.engine.errors import ConfigError
 from project.engine.task import IGNORE_INDEX
@@ -359,3 +360,55 @@ def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gra
     # per rounding, a few dozen in sequence): within a few percent of the gradient's scale.
     expected = one["grads"][0]
     torch.testing.assert_close(half, expected, rtol=0, atol=2**-4 * expected.abs().max().item())
+
+
+@pytest.mark.guarantee(
+    "packed chats (data.pack) are computed as if alone: in a block of several chats each position's logits are that "
+    "chat's own, in train and eval mode (positions restart per chat and no token attends to another chat's), so a "
+    "packed batch's token-weighted loss and gradient are those of the same chats unpacked, to float32 rounding",
+    unmutated="an example's own code",
+)
+def test_packed_chats_are_computed_as_if_alone(tiny_chat: Path, chats_jsonl: Path) -> None:
+    from project.data import ChatDataModule
+    from project.data.chat import pack_chats
+    from project.hf import HFCausalLM
+    from project.tasks import LanguageModel
+
+    data = ChatDataModule(path=str(chats_jsonl), tokenizer=str(tiny_chat), max_length=64, pack=True, batch_size=2)
+    chats = [data.load_dataset()[i] for i in range(8)]
+    blocks = pack_chats(chats, 64)
+    assert len(blocks) < len(chats) and all(b[0].shape[1] <= 64 for b in blocks)
+    torch.manual_seed(0)
+    task = LanguageModel(net=HFCausalLM((64,), len(data.vocabulary), str(tiny_chat)), target_names=data.vocabulary)
+    packed_x, packed_y = data.collate_fn(blocks)
+    assert packed_x.shape[:2] == (len(blocks), 2)
+    for training in (True, False):
+        task.train(training)
+        with torch.no_grad():
+            packed = task(packed_x)
+            alone = [task(x[None])[0] for x, _ in chats]
+        start, block = 0, 0
+        for x, logits in zip([x for x, _ in chats], alone, strict=True):
+            if start + len(x) > blocks[block][0].shape[1]:
+                start, block = 0, block + 1
+            # The same sums as the chat alone, over fewer or more masked-out keys (exact zeros): float32 rounding
+            # of the matmuls' different shapes, a few ulps of the logits' scale.
+            torch.testing.assert_close(packed[block, start : start + len(x)], logits, rtol=1e-5, atol=1e-5)
+            start += len(x)
+
+    def loss_and_grads(x: Tensor, y: Tensor) -> tuple[Tensor, list[Tensor]]:
+        task.zero_grad()
+        counted = y != IGNORE_INDEX
+        loss = task.loss(task(x), y).masked_fill(~counted, 0.0).sum() / counted.sum()  # the engine's token weighting
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in task.parameters() if p.grad is not None]
+
+    task.train()
+    unpacked_loss, unpacked = loss_and_grads(*data.collate_fn(chats))
+    packed_loss, grads = loss_and_grads(packed_x, packed_y)
+    torch.testing.assert_close(packed_loss, unpacked_loss, rtol=1e-6, atol=0)
+    for got, expected in zip(grads, unpacked, strict=True):  # sums over a few hundred tokens in another order
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+    data.setup("fit")  # the DataModule serves the training chats packed, the validation chats alone
+    assert next(iter(data.train_dataloader()))[0].shape[:2] == (2, 2)
+    assert next(iter(data.val_dataloader()))[0].ndim == 2

@@ -11,6 +11,11 @@ which works for any template (Qwen's and Llama's have no ``{% generation %}`` ma
 sample is the ids but the last (the input) and the labels but the first (the target of each position is the next
 token), padded per batch; ``predict`` reads prompts (a ``.txt`` file: a user turn per line) and generates the
 assistant's answer with the model's own ``generate``.
+
+``pack: true`` packs the training chats, whole and in order, into blocks of up to ``max_length`` tokens, so a batch
+holds few pad tokens. Each block's input is (2, n): the token ids over each chat's positions, counted from 0 at every
+chat's start; from them transformers keeps every token's attention within its own chat (its packed-sequence mask), so
+a packed chat's logits are its own. The validation and test chats are not packed.
 """
 
 import functools
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -30,10 +36,23 @@ from project.engine.task import IGNORE_INDEX
 
 def pad_chats(samples: list[tuple[Tensor, Tensor]], pad: int) -> tuple[Tensor, Tensor]:
     """Inputs padded with ``pad`` (the model never attends to them: they come after every real token, and the
-    model is causal), targets with ``IGNORE_INDEX``."""
+    model is causal), targets with ``IGNORE_INDEX``; a packed block's inputs (2, n) along their last dimension."""
     inputs, targets = zip(*samples, strict=True)
-    return (nn.utils.rnn.pad_sequence(list(inputs), batch_first=True, padding_value=pad),
+    padded = nn.utils.rnn.pad_sequence([x.movedim(0, -1) for x in inputs], batch_first=True, padding_value=pad)
+    return (padded.transpose(1, -1) if padded.ndim == 3 else padded,
             nn.utils.rnn.pad_sequence(list(targets), batch_first=True, padding_value=IGNORE_INDEX))  # fmt: skip
+
+
+def pack_chats(samples: list[tuple[Tensor, Tensor]], max_length: int) -> list[tuple[Tensor, Tensor]]:
+    """Chats (inputs, targets) packed whole, in order, into blocks of up to ``max_length`` tokens: a block's input is
+    its chats' ids over their positions (2, n), each chat's from 0; its targets are theirs, one after another."""
+    blocks: list[list[tuple[Tensor, Tensor]]] = []
+    for x, y in samples:
+        if not blocks or sum(len(c[0]) for c in blocks[-1]) + len(x) > max_length:
+            blocks.append([])
+        blocks[-1].append((x, y))
+    return [(torch.stack([torch.cat([x for x, _ in block]), torch.cat([torch.arange(len(x)) for x, _ in block])]),
+             torch.cat([y for _, y in block])) for block in blocks]  # fmt: skip
 
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -104,13 +123,15 @@ class ChatDataModule(DataModule):
 
     input_dtype = torch.int64
 
-    def __init__(self, path: str, tokenizer: str, max_length: int = 1024, *, normalize: bool = False,
-                 **engine: Any) -> None:  # fmt: skip
+    def __init__(self, path: str, tokenizer: str, max_length: int = 1024, pack: bool = False, *,
+                 normalize: bool = False, **engine: Any) -> None:  # fmt: skip
         """
         Args:
             path: a ``.jsonl`` file of chats (``messages``) or of ``prompt`` and ``completion`` pairs.
             tokenizer: the model's tokenizer, with its chat template: a directory or a hub id in the local cache.
-            max_length: tokens kept of each chat (its first ones).
+            max_length: tokens kept of each chat (its first ones), and of a packed block.
+            pack: pack the training chats into blocks of up to ``max_length`` tokens, each chat attending to itself
+                alone (fewer pad tokens: faster on chats of mixed lengths; a batch is then ``batch_size`` blocks).
             normalize: must stay false (token ids are not standardised).
             **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
         """
@@ -142,6 +163,17 @@ class ChatDataModule(DataModule):
         _, _, test = self.split_indices(len(chats))  # the test split's predictions carry each chat's first question
         self.test_columns = {"input": [next((m["content"] for m in chats[i] if m["role"] == "user"), "") for i in test]}
         return _Chats([tokenize_chat(self.tokenizer, chat, length, at) for chat, at in zip(chats, where, strict=True)])
+
+    def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
+        train, val, test = super().load_splits()
+        if not self.hparams["pack"]:
+            return train, val, test
+        chats = [train[i] for i in range(len(train))]  # type: ignore[arg-type]
+        packed = _Chats(pack_chats(chats, self.input_shape[0]))
+        tokens = sum(len(x) for x, _ in chats)
+        rank_zero_info(f"Packed the {len(chats)} training chats into {len(packed)} blocks of up to "
+                       f"{self.input_shape[0]} tokens ({tokens / len(packed):.0f} tokens a block).")  # fmt: skip
+        return packed, val, test
 
     def prompt_ids(self, text: str) -> Tensor:
         """A user turn as the model's template renders it, up to where the assistant's answer starts."""

@@ -182,6 +182,8 @@ class CLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self._cli_args = _torch_optimizer_names(list(args) if args is not None else sys.argv[1:])
+        if args is None:  # from the command line: LightningCLI reads sys.argv itself, and warns when given both
+            sys.argv[1:] = self._cli_args
         super().__init__(
             Task,
             DataModule,
@@ -190,7 +192,7 @@ class CLI(LightningCLI):
             save_config_callback=SaveConfig,
             auto_configure_optimizers=False,
             parser_class=_Parser,
-            args=self._cli_args,
+            args=None if args is None else self._cli_args,
             run=run,
         )
 
