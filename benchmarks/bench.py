@@ -14,14 +14,19 @@ warms the other's caches. What is measured, so that a difference can be placed:
 - the whole run: process start to the end of training.
 The bench's own noise is the run-to-run spread of the hand-written loop (the same loop, run again).
 
+The fine-tuning workload (benchmarks/finetune.py, where the hf extra is installed) times SFT of a small Llama by the
+template against a plain transformers loop, and LoRA against full fine-tuning.
+
 A last workload times reading a table (``--table-rows``, a 30-column table as CSV and Parquet): pyarrow's own read
 against the CSVDataModule's read and encoding, each in a fresh process, with its peak memory.
 
     python benchmarks/bench.py [--repeats 3] [--workloads default long] [--checkpoint-mb 240] [--table-rows N]
+        [--finetune-steps 30]
 """
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import platform
@@ -610,6 +615,8 @@ def main() -> None:
     parser.add_argument("--checkpoint-mb", type=int, default=240, help="checkpoint stall test size (0: skip)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="where the JSON report goes")
     parser.add_argument("--table-rows", type=int, default=1_000_000, help="table-loading workload's rows (0: skip)")
+    parser.add_argument("--finetune-steps", type=int, default=30,
+                        help="fine-tuning steps (benchmarks/finetune.py, needs the hf extra; 0: skip)")  # fmt: skip
     parser.add_argument("--one", choices=["template", "lightning", "reference", "parts", "table"],
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
@@ -737,10 +744,16 @@ def main() -> None:
                   f"-> {table[name]['shape']}")  # fmt: skip
         print(f"  => read and encoded: the CSV in {table['csv_ratio']:.2f}x pyarrow's own read of it, the Parquet "
               f"file in {table['parquet_ratio']:.2f}x\n")  # fmt: skip
+    finetune = None
+    if args.finetune_steps and present("sft") and importlib.util.find_spec("transformers"):
+        import finetune as finetune_workload  # benchmarks/finetune.py
+
+        finetune = finetune_workload.workload(args.finetune_steps, args.repeats, width=256, layers=4)
+        finetune_workload.report(finetune)
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),
                                 "rows": rows, "parts": parts, "runs": runs, "checkpoint_stall": stall,
-                                "table_loading": table},
+                                "table_loading": table, "finetune": finetune},
                                indent=2))  # fmt: skip
     print(f"Wrote {path}")
 

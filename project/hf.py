@@ -236,7 +236,7 @@ class HFCausalLM(_Pretrained):
         self._adopt(model, "CAUSAL_LM")
 
     def forward(self, ids: Tensor) -> Tensor:
-        if ids.ndim == 3:  # packed chats (project.data.chat.pack_chats): (batch, 2, T), the ids over their positions
+        if ids.ndim == 3:  # packed sequences (batch, 2, T): the ids over their positions, which restart per sequence
             ids, positions = ids.unbind(1)
             return _float(self.model(input_ids=ids, position_ids=positions, use_cache=False).logits)
         return _float(self.model(input_ids=ids, use_cache=False).logits)

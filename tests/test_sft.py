@@ -412,3 +412,42 @@ def test_packed_chats_are_computed_as_if_alone(tiny_chat: Path, chats_jsonl: Pat
     data.setup("fit")  # the DataModule serves the training chats packed, the validation chats alone
     assert next(iter(data.train_dataloader()))[0].shape[:2] == (2, 2)
     assert next(iter(data.val_dataloader()))[0].ndim == 2
+
+
+@pytest.mark.guarantee(
+    "chats are tokenised once: a later run on the same chats, tokenizer and max_length reads them back from the "
+    "cache beside the file, equal to tokenising them again; other chats or another max_length are tokenised anew",
+    unmutated="an example's own code",
+)
+def test_tokenised_chats_are_read_back_from_the_cache_beside_the_file(
+    tiny_chat: Path, chats_jsonl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import shutil
+
+    from project.data import ChatDataModule, chat
+
+    path = tmp_path / "chats.jsonl"
+    shutil.copy(chats_jsonl, path)
+
+    def chats(max_length: int = 64) -> list[tuple[Tensor, Tensor]]:
+        dataset = ChatDataModule(path=str(path), tokenizer=str(tiny_chat), max_length=max_length).load_dataset()
+        return [dataset[i] for i in range(len(dataset))]
+
+    first = chats()
+    assert [p.name.startswith("chats-") for p in (tmp_path / ".cache").iterdir()] == [True]
+    tokenised = []
+    tokenize_chat = chat.tokenize_chat
+    monkeypatch.setattr(chat, "tokenize_chat", lambda *args: tokenised.append(args) or tokenize_chat(*args))
+    again = chats()
+    assert not tokenised
+    assert len(again) == len(first)
+    assert all(
+        torch.equal(a, b) for sample, kept in zip(first, again, strict=True) for a, b in zip(sample, kept, strict=True)
+    )
+    chats(max_length=128)
+    assert len(tokenised) == len(first)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"prompt": "Spell cat backwards.", "completion": "tac"}) + "\n")
+    chats()
+    assert len(tokenised) == 2 * len(first) + 1

@@ -12,14 +12,20 @@ sample is the ids but the last (the input) and the labels but the first (the tar
 token), padded per batch; ``predict`` reads prompts (a ``.txt`` file: a user turn per line) and generates the
 assistant's answer with the model's own ``generate``.
 
+The tokenised chats are kept beside the file (``<folder>/.cache/<name>-<key>.pt``, the key a hash of the chats, the
+tokenizer, its template and ``max_length``): a later run on the same chats reads them back instead.
+
 ``pack: true`` packs the training chats, whole and in order, into blocks of up to ``max_length`` tokens, so a batch
 holds few pad tokens. Each block's input is (2, n): the token ids over each chat's positions, counted from 0 at every
 chat's start; from them transformers keeps every token's attention within its own chat (its packed-sequence mask), so
 a packed chat's logits are its own. The validation and test chats are not packed.
 """
 
+import contextlib
 import functools
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +163,31 @@ class ChatDataModule(DataModule):
             raise ConfigError(f"data.path={path!r}: expected a .jsonl file of chats, one per line.")
 
     def load_dataset(self) -> Dataset:
-        path, length = self.hparams["path"], self.input_shape[0]
+        path = self.hparams["path"]
         where = [f"data.path={path!r}, row {i}" for i in range(1, len(self._rows) + 1)]
         chats = [messages_of(row, at) for row, at in zip(self._rows, where, strict=True)]
         _, _, test = self.split_indices(len(chats))  # the test split's predictions carry each chat's first question
         self.test_columns = {"input": [next((m["content"] for m in chats[i] if m["role"] == "user"), "") for i in test]}
-        return _Chats([tokenize_chat(self.tokenizer, chat, length, at) for chat, at in zip(chats, where, strict=True)])
+        return _Chats(self._tokenized(chats, where))
+
+    def _tokenized(self, chats: list[list[dict[str, str]]], where: list[str]) -> list[tuple[Tensor, Tensor]]:
+        """The chats tokenised, or read back from the cache of an earlier run that tokenised the same."""
+        length, path = self.input_shape[0], Path(self.hparams["path"])
+        key = json.dumps([chats, self.tokenizer.backend_tokenizer.to_str(), self.tokenizer.chat_template, length])
+        cache = path.parent / ".cache" / f"{path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+        if cache.is_file():
+            kept = torch.load(cache, weights_only=True)
+            rank_zero_info(f"Read the {len(chats)} tokenised chats from {cache}.")
+            return list(zip(kept["ids"].split(kept["lengths"].tolist()), kept["labels"].split(kept["lengths"].tolist()),
+                            strict=True))  # fmt: skip
+        samples = [tokenize_chat(self.tokenizer, chat, length, at) for chat, at in zip(chats, where, strict=True)]
+        with contextlib.suppress(OSError):  # a read-only data folder: no cache, the chats are tokenised every run
+            cache.parent.mkdir(exist_ok=True)
+            partial = cache.with_suffix(f".{os.getpid()}.partial")  # renamed whole: another process may read it
+            torch.save({"ids": torch.cat([x for x, _ in samples]), "labels": torch.cat([y for _, y in samples]),
+                        "lengths": torch.tensor([len(x) for x, _ in samples])}, partial)  # fmt: skip
+            os.replace(partial, cache)
+        return samples
 
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
         train, val, test = super().load_splits()
