@@ -1,5 +1,5 @@
 """`make bench`'s fine-tuning workload: SFT of a pretrained causal LM (``configs/tasks/sft.yaml``) by the template,
-against a plain transformers + PyTorch loop doing the same work, and full fine-tuning against LoRA.
+against a plain transformers + PyTorch loop doing the same work, and full fine-tuning against LoRA and QLoRA.
 
 A small Llama (random weights, a byte-level BPE learned from the chats: ``make example-data``'s recipe, wider) and
 the example chats are written to a scratch folder. Each run is a fresh process, the runs alternating:
@@ -8,7 +8,8 @@ the example chats are written to a scratch folder. Each run is a fresh process, 
 - ``loop``: the same model, chats (the DataModule's tokenised train split, in the same seeded order, padded the same
   way), AdamW over the same two parameter groups, warmup+cosine per step and clipping at 1.0, the loss as the task
   computes it (the assistant's token losses summed, over their count), written as a plain loop;
-- ``lora``: the template with LoRA adapters (r 8, every linear layer) on the frozen base.
+- ``lora``: the template with LoRA adapters (r 8, every linear layer) on the frozen base;
+- ``qlora``: the same on the base in 4 bits (``dtype: nf4``), where bitsandbytes is installed (the qlora extra).
 
 Figures per run: the assistant's (counted) tokens per second over the steps after the first, the peak memory (the
 process's resident set on a CPU; ``torch.cuda.max_memory_allocated`` on a GPU) and, on a GPU, the MFU by the 6N
@@ -18,6 +19,7 @@ estimate (6 x parameters FLOPs per input position, padding included, against the
 """
 
 import argparse
+import importlib.util
 import json
 import resource
 import statistics
@@ -32,7 +34,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED, LR, BATCH, MAX_LENGTH = 0, 3e-3, 8, 512
-KINDS = ("loop", "template", "lora")
+KINDS = ("loop", "template", "lora", "qlora")
 
 
 def prepare(folder: Path, width: int, layers: int) -> tuple[Path, Path]:
@@ -48,14 +50,15 @@ def prepare(folder: Path, width: int, layers: int) -> tuple[Path, Path]:
     return chats, model
 
 
-def _args(chats: Path, model: Path, steps: int, lora: bool) -> list[str]:
+def _args(chats: Path, model: Path, steps: int, kind: str) -> list[str]:
     return [
         "--config", str(ROOT / "configs" / "default.yaml"), "--config", str(ROOT / "configs" / "tasks" / "sft.yaml"),
         f"--data.path={chats}", f"--data.tokenizer={model}", f"--model.net.init_args.name_or_path={model}",
         f"--data.max_length={MAX_LENGTH}", f"--data.batch_size={BATCH}", f"--seed_everything={SEED}",
         f"--model.optimizer.init_args.lr={LR}", f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=1",
         f"--trainer.logger.init_args.save_dir={chats.parent / 'logs'}",
-        *(["--model.net.init_args.lora={r: 8, alpha: 16, target_modules: all-linear}"] if lora else []),
+        *(["--model.net.init_args.lora={r: 8, alpha: 16, target_modules: all-linear}"] if "lora" in kind else []),
+        *(["--model.net.init_args.dtype=nf4"] if kind == "qlora" else []),
     ]  # fmt: skip
 
 
@@ -64,7 +67,7 @@ def _figures(ends: list[float], tokens: list[int], positions: int, parameters: i
     validates after it), peak memory, MFU."""
     ends, tokens = ends[:-1], tokens[:-1]
     steady = sum(tokens[1:]) / (ends[-1] - ends[0])
-    figures: dict[str, Any] = {"tokens_per_sec": steady, "steps": len(ends),
+    figures: dict[str, Any] = {"tokens_per_sec": steady, "timed_steps": len(ends) - 1,
                                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
     if torch.cuda.is_available():
         from lightning.fabric.utilities.throughput import get_available_flops
@@ -76,7 +79,7 @@ def _figures(ends: list[float], tokens: list[int], positions: int, parameters: i
     return figures
 
 
-def run_template(chats: Path, model: Path, steps: int, lora: bool) -> dict[str, Any]:
+def run_template(chats: Path, model: Path, steps: int, kind: str) -> dict[str, Any]:
     import lightning as L
 
     from project.engine.cli import CLI
@@ -92,7 +95,7 @@ def run_template(chats: Path, model: Path, steps: int, lora: bool) -> dict[str, 
             positions[0] += batch[1].numel()
             ends.append(time.perf_counter())
 
-    cli = CLI(_args(chats, model, steps, lora), run=False)
+    cli = CLI(_args(chats, model, steps, kind), run=False)
     cli.trainer.callbacks.append(Clock())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     parameters = sum(p.numel() for p in cli.model.parameters())
@@ -141,11 +144,12 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
 
 def workload(steps: int, repeats: int, width: int, layers: int) -> dict[str, Any]:
     """Every run, alternating, each in a fresh process; medians per kind and the ratios."""
-    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
+    kinds = [k for k in KINDS if k != "qlora" or importlib.util.find_spec("bitsandbytes")]
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory() as scratch:
         chats, model = prepare(Path(scratch), width, layers)
         for _ in range(repeats):
-            for kind in KINDS:
+            for kind in kinds:
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", kind, "--chats", str(chats), "--model", str(model),
                      "--steps", str(steps)], cwd=ROOT, capture_output=True, text=True,
@@ -155,7 +159,7 @@ def workload(steps: int, repeats: int, width: int, layers: int) -> dict[str, Any
                 runs[kind].append(json.loads(out.stdout.strip().splitlines()[-1]))
     medians = {kind: {k: statistics.median(r[k] for r in rs) for k in rs[0] if rs[0][k] is not None}
                for kind, rs in runs.items()}  # fmt: skip
-    loop, template, lora = (medians[k] for k in KINDS)
+    loop, template, lora = (medians[k] for k in KINDS[:3])
     return {
         "model": {"width": width, "layers": layers}, "steps": steps, "repeats": repeats, "runs": runs,
         "medians": medians, "template_over_loop": template["tokens_per_sec"] / loop["tokens_per_sec"],
@@ -171,15 +175,14 @@ def report(row: dict[str, Any]) -> None:
         f"fine-tuning (SFT, a {row['model']['layers']}-layer Llama {row['model']['width']} wide, {row['steps']} "
         f"steps, {row['repeats']} runs each, fresh processes): the assistant's tokens per second, peak memory"
     )
-    for kind in KINDS:
+    for kind in m:
         memory = f"{m[kind]['cuda_peak_mb']:.0f} MB on the GPU" if "cuda_peak_mb" in m[kind] else (
             f"{m[kind]['peak_rss_mb']:.0f} MB resident")  # fmt: skip
         mfu = f", MFU {100 * m[kind]['mfu']:.1f}%" if m[kind].get("mfu") else ""
         print(f"  {kind:9} {m[kind]['tokens_per_sec']:9.0f} tokens/s  {memory}{mfu}")
-    print(
-        f"  => template / plain loop {row['template_over_loop']:.3f}x; LoRA / full fine-tuning "
-        f"{row['lora_over_full']:.2f}x tokens/s; noise: the loop's run-to-run spread {row['noise_pct']:.1f}%\n"
-    )
+    noise = f"the loop's run-to-run spread {row['noise_pct']:.1f}%" if row["repeats"] > 1 else "one run each, unknown"
+    print(f"  => template / plain loop {row['template_over_loop']:.3f}x; LoRA / full fine-tuning "
+          f"{row['lora_over_full']:.2f}x tokens/s; noise: {noise}\n")  # fmt: skip
 
 
 def main() -> None:
@@ -197,7 +200,7 @@ def main() -> None:
         if args.one == "loop":
             print(json.dumps(run_loop(chats, model, args.steps)))
         else:
-            print(json.dumps(run_template(chats, model, args.steps, lora=args.one == "lora")))
+            print(json.dumps(run_template(chats, model, args.steps, args.one)))
         return
     report(workload(args.steps, args.repeats, args.width, args.layers))
 

@@ -5,7 +5,8 @@ an issue and one JSON file (``<out>/gpu-<time>.json``).
   from their run directories: step time and samples/s (medians over the logged windows after the first, which
   holds the warm-up), the time from the start of ``fit`` to the first logged step (compilation included), peak
   memory, the fraction of time spent waiting for data, and the test score.
-- The bench's template against the hand-written loop on the same device (its newest ``bench-*.json`` in ``out``).
+- The bench's template against the hand-written loop on the same device (its newest ``bench-*.json`` in ``out``),
+  and its fine-tuning row where it ran one.
 
     python benchmarks/gpu_report.py --logs logs/gpu-check --out benchmarks/results
 """
@@ -98,6 +99,13 @@ def report(logs: Path, out: Path, command: str, last: int | None = None) -> dict
             print(f"| {row['workload']} | {ref['step_ms']['median']:.2f} | {tpl['step_ms']['median']:.2f} | "
                   f"{row['step_overhead_pct']:+.1f}% | {ref['first_step_s']['median']:.2f} / "
                   f"{tpl['first_step_s']['median']:.2f} |")  # fmt: skip
+    if bench and bench.get("finetune"):  # benchmarks/finetune.py's SFT row
+        tuned = bench["finetune"]["medians"]
+        print()
+        _header("fine-tuning (SFT, fp32)", "assistant tokens/s", "peak memory MB", "MFU")
+        for kind, m in tuned.items():
+            memory = m.get("cuda_peak_mb", m["peak_rss_mb"])
+            print(f"| {kind} | {m['tokens_per_sec']:.0f} | {memory:.0f} | {_cell(m.get('mfu'), '.1%')} |")
     result = {"date": f"{now:%Y-%m-%d %H:%M} UTC", "device": device, "versions": versions, "command": command,
               "fits": fits, "bench": bench}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ OUT=${GPU_CHECK_OUT:-benchmarks/results}
 LOGS=${GPU_CHECK_LOGS:-logs}
 CONFIG=${GPU_CHECK_CONFIG:-configs/default.yaml}
 if [ "${1:-}" = "--cpu" ]; then
-    bench=(--repeats 1 --epochs 2 --checkpoint-mb 0 --table-rows 0 --parts --workloads default)  # no decomposition: minutes here
+    bench=(--repeats 1 --epochs 2 --checkpoint-mb 0 --table-rows 0 --finetune-steps 0 --parts --workloads default)  # no decomposition, no SFT: minutes here
     fit=(--trainer.accelerator=cpu --trainer.max_epochs=1 --trainer.limit_train_batches=3 --trainer.limit_val_batches=2
          --trainer.limit_test_batches=2 --data.num_workers=0 --trainer.log_every_n_steps=1)
     compiled=eager  # inductor's C++ build takes minutes on a CPU; the eager backend runs the same compile path

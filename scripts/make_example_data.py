@@ -281,7 +281,9 @@ def main(argv: list[str] | None = None) -> None:
             texts = [row["text"] for row in csv.DictReader(f)]
         print(f"Wrote {write_tiny_encoder(Path(args.out) / 'tiny-bert', texts)}/")
         chats = write_chats(Path(args.out) / "chats.jsonl")
-        print(f"Wrote {chats}")
+        prompts = Path(args.out) / "prompts.txt"  # for make predict INPUT=...: a user turn per line
+        prompts.write_text("Spell tiger backwards.\nWrite garden in capitals.\nHow many letters are in planet?\n")
+        print(f"Wrote {chats} and {prompts}")
         # 64 wide: QLoRA's 4-bit blocks (bitsandbytes) hold 64 weights along a layer's inputs.
         tiny_chat = write_tiny_chat_model(Path(args.out) / "tiny-chat", chats.read_text().splitlines(), width=64)
         print(f"Wrote {tiny_chat}/")
