@@ -748,7 +748,7 @@ def main() -> None:
     if args.finetune_steps and present("sft") and importlib.util.find_spec("transformers"):
         import finetune as finetune_workload  # benchmarks/finetune.py
 
-        finetune = finetune_workload.workload(args.finetune_steps, args.repeats, width=256, layers=4)
+        finetune = finetune_workload.workload(args.finetune_steps, args.repeats)
         finetune_workload.report(finetune)
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),

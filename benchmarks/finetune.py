@@ -62,11 +62,12 @@ def _args(chats: Path, model: Path, steps: int, kind: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _figures(ends: list[float], tokens: list[int], positions: int, parameters: int) -> dict[str, Any]:
-    """Counted tokens per second over the steps after the first (which warms caches) but the last (the template
-    validates after it), peak memory, MFU."""
-    ends, tokens = ends[:-1], tokens[:-1]
-    steady = sum(tokens[1:]) / (ends[-1] - ends[0])
+def _figures(ends: list[float], tokens: list[int], positions: list[int], parameters: int) -> dict[str, Any]:
+    """Per step: its end, its counted tokens, its input positions (padding included). Counted tokens per second over
+    the steps after the first (which warms caches) but the last (the template validates after it), peak memory, MFU."""
+    ends, tokens, positions = ends[:-1], tokens[:-1], positions[:-1]
+    elapsed = ends[-1] - ends[0]
+    steady = sum(tokens[1:]) / elapsed
     figures: dict[str, Any] = {"tokens_per_sec": steady, "timed_steps": len(ends) - 1,
                                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
     if torch.cuda.is_available():
@@ -74,8 +75,7 @@ def _figures(ends: list[float], tokens: list[int], positions: int, parameters: i
 
         peak = get_available_flops(torch.device("cuda"), torch.float32)
         figures["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        flops_per_sec = 6 * parameters * positions / (len(ends) + 1) * len(ends[1:]) / (ends[-1] - ends[0])
-        figures["mfu"] = flops_per_sec / peak if peak else None
+        figures["mfu"] = 6 * parameters * sum(positions[1:]) / elapsed / peak if peak else None
     return figures
 
 
@@ -87,19 +87,19 @@ def run_template(chats: Path, model: Path, steps: int, kind: str) -> dict[str, A
 
     ends: list[float] = []
     tokens: list[int] = []
-    positions = [0]
+    positions: list[int] = []
 
     class Clock(L.Callback):
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             tokens.append(int((batch[1] != IGNORE_INDEX).sum()))  # a host sync: the step is done (the loop's too)
-            positions[0] += batch[1].numel()
+            positions.append(batch[1].numel())
             ends.append(time.perf_counter())
 
     cli = CLI(_args(chats, model, steps, kind), run=False)
     cli.trainer.callbacks.append(Clock())
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     parameters = sum(p.numel() for p in cli.model.parameters())
-    return _figures(ends, tokens, positions[0], parameters)
+    return _figures(ends, tokens, positions, parameters)
 
 
 def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
     schedule = WarmupCosine(optimizer, steps, resolve_warmup_steps(0.03, steps), min_lr=1e-5)
     sampler = DistributedSampler(data.train_set, num_replicas=1, rank=0, shuffle=True, seed=SEED, drop_last=True)
     loader = DataLoader(data.train_set, batch_size=BATCH, sampler=sampler, collate_fn=data.collate_fn)
-    ends, tokens, positions = [], [], 0
+    ends, tokens, positions = [], [], []
     for _, (x, y) in zip(range(steps), loader, strict=False):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         logits = model(input_ids=x, use_cache=False).logits
@@ -137,12 +137,12 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
         optimizer.step()
         schedule.step()
         tokens.append(int(counted.sum()))
-        positions += y.numel()
+        positions.append(y.numel())
         ends.append(time.perf_counter())
     return _figures(ends, tokens, positions, sum(p.numel() for p in params))
 
 
-def workload(steps: int, repeats: int, width: int, layers: int) -> dict[str, Any]:
+def workload(steps: int, repeats: int, width: int = 256, layers: int = 4) -> dict[str, Any]:
     """Every run, alternating, each in a fresh process; medians per kind and the ratios."""
     kinds = [k for k in KINDS if k != "qlora" or importlib.util.find_spec("bitsandbytes")]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}

@@ -53,10 +53,13 @@ def pack_chats(samples: list[tuple[Tensor, Tensor]], max_length: int) -> list[tu
     """Chats (inputs, targets) packed whole, in order, into blocks of up to ``max_length`` tokens: a block's input is
     its chats' ids over their positions (2, n), each chat's from 0; its targets are theirs, one after another."""
     blocks: list[list[tuple[Tensor, Tensor]]] = []
+    filled = max_length  # tokens in the last block: none yet, so the first chat opens one
     for x, y in samples:
-        if not blocks or sum(len(c[0]) for c in blocks[-1]) + len(x) > max_length:
+        if filled + len(x) > max_length:
             blocks.append([])
+            filled = 0
         blocks[-1].append((x, y))
+        filled += len(x)
     return [(torch.stack([torch.cat([x for x, _ in block]), torch.cat([torch.arange(len(x)) for x, _ in block])]),
              torch.cat([y for _, y in block])) for block in blocks]  # fmt: skip
 
@@ -178,8 +181,8 @@ class ChatDataModule(DataModule):
         if cache.is_file():
             kept = torch.load(cache, weights_only=True)
             rank_zero_info(f"Read the {len(chats)} tokenised chats from {cache}.")
-            return list(zip(kept["ids"].split(kept["lengths"].tolist()), kept["labels"].split(kept["lengths"].tolist()),
-                            strict=True))  # fmt: skip
+            lengths = kept["lengths"].tolist()
+            return list(zip(kept["ids"].split(lengths), kept["labels"].split(lengths), strict=True))
         samples = [tokenize_chat(self.tokenizer, chat, length, at) for chat, at in zip(chats, where, strict=True)]
         with contextlib.suppress(OSError):  # a read-only data folder: no cache, the chats are tokenised every run
             cache.parent.mkdir(exist_ok=True)
