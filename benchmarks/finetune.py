@@ -83,7 +83,7 @@ def run_template(chats: Path, model: Path, steps: int, kind: str) -> dict[str, A
     import lightning as L
 
     from project.engine.cli import CLI
-    from project.engine.task import IGNORE_INDEX
+    from project.engine.metrics import IGNORE_INDEX
 
     ends: list[float] = []
     tokens: list[int] = []
@@ -109,7 +109,7 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from project.data import ChatDataModule
-    from project.engine.task import IGNORE_INDEX
+    from project.engine.metrics import IGNORE_INDEX
     from project.recipe import WarmupCosine, resolve_warmup_steps
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

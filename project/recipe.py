@@ -195,6 +195,21 @@ def planned_steps(batches_per_epoch: int, accumulate_grad_batches: int, max_epoc
     return steps if max_steps < 0 else min(steps, max_steps)
 
 
+def planned_run(trainer: Any, warmup: int | float) -> tuple[int, int]:
+    """The run's optimizer steps (``trainer.estimated_stepping_batches``) and its warmup steps."""
+    total = trainer.estimated_stepping_batches
+    if not math.isfinite(total):
+        raise ConfigError(
+            "The run length is unknown (infinite data and no trainer.max_steps); set trainer.max_steps so the "
+            "LR schedule knows where it ends."
+        )
+    total = int(total)
+    warmup_steps = resolve_warmup_steps(warmup, total)
+    if getattr(trainer, "fast_dev_run", False):  # a smoke test of a few batches: the curve squeezed in
+        warmup_steps = min(warmup_steps, total - 1)
+    return total, warmup_steps
+
+
 def check_warmup(warmup: int | float) -> None:
     """``warmup`` is a step count (an int >= 0) or a fraction of the run (a float in [0, 1))."""
     if isinstance(warmup, float) and not 0.0 <= warmup < 1.0:

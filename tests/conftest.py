@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from project.engine.cli import CLI, PACKAGE
+from project.engine.cli import CLI
+from project.engine.faults import PACKAGE
 from project.engine.runs import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -480,9 +480,9 @@ def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoi
 )
 def test_a_dead_loader_worker_is_named_in_one_sentence_however_torch_reports_it() -> None:
     # The loader's own report, when the next batch was the dead worker's to load (between two steps).
-    from project.engine.cli import _worker_fault
+    from project.engine.faults import worker_fault
 
-    fault = _worker_fault(RuntimeError("DataLoader worker (pid(s) 4242, 4243) exited unexpectedly"))
+    fault = worker_fault(RuntimeError("DataLoader worker (pid(s) 4242, 4243) exited unexpectedly"))
     assert fault is not None and fault.startswith("a DataLoader worker (pid 4242, 4243) exited unexpectedly: ")
     assert "The checkpoints already written are whole; continue it: make resume" in fault
-    assert _worker_fault(RuntimeError("CUDA out of memory")) is None  # any other error keeps its traceback
+    assert worker_fault(RuntimeError("CUDA out of memory")) is None  # any other error keeps its traceback

@@ -7,7 +7,7 @@ import torch
 from sklearn.datasets import load_digits
 from toy import Digits
 
-from project.engine.datamodule import UnpaddedDistributedSampler
+from project.engine.samplers import UnpaddedDistributedSampler
 
 
 def _datamodule(**kwargs: object) -> Digits:

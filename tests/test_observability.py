@@ -1,6 +1,7 @@
 """What a run shows: throughput and data-wait curves, peak memory, the HPARAMS view, a real TensorBoard server
 serving them, the profiler's trace, and a console log that stays readable without a terminal."""
 
+import functools
 import json
 import re
 import subprocess
@@ -216,6 +217,9 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
     writers, open_at_removal = [], []
     opened = SummaryWriter.__init__
 
+    # With SummaryWriter's own signature: jsonargparse reads (and caches, for the rest of the process) the arguments
+    # TensorBoardLogger passes on to it, e.g. purge_step, which a resumed run sets.
+    @functools.wraps(opened)
     def recorded(self: SummaryWriter, *args: object, **kwargs: object) -> None:
         writers.append(self)
         opened(self, *args, **kwargs)
@@ -226,7 +230,7 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
 
     rmtree = shutil.rmtree
     monkeypatch.setattr(SummaryWriter, "__init__", recorded)
-    monkeypatch.setattr("project.engine.cli.shutil.rmtree", remove)
+    monkeypatch.setattr("project.engine.run_directory.shutil.rmtree", remove)
     # profile.yaml stops at 40 optimizer steps; 5 of warm-up + 50 profiled would never reach the report.
     with pytest.raises(SystemExit) as exit_:
         main(["fit", "--config", DIGITS, "--config", PROFILE, f"--trainer.logger.init_args.save_dir={tmp_path}",

@@ -14,7 +14,7 @@ import manual  # scripts/ (conftest puts it on the path)
 import pytest
 from conftest import ROOT
 
-from project.engine.cli import PACKAGE
+from project.engine.faults import PACKAGE
 
 # The template's own manual, not yours: `make check-manual` (the template's CI) runs these, `make test` does not.
 pytestmark = pytest.mark.manual

@@ -13,7 +13,7 @@ from conftest import DIGITS, SFT, fit
 from torch import Tensor
 
 from project.engine.errors import ConfigError
-from project.engine.task import IGNORE_INDEX
+from project.engine.metrics import IGNORE_INDEX
 
 pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
 

@@ -10,7 +10,8 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from project.engine.datamodule import DataModule
-from project.engine.task import IGNORE_INDEX, Task
+from project.engine.metrics import IGNORE_INDEX
+from project.engine.task import Task
 
 VOCABULARY = 11  # token 0 is padding
 PAD = 0

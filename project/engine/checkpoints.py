@@ -154,3 +154,19 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(f"ckpt_path={str(path)!r} is not a Lightning checkpoint (it has no 'state_dict').")
     return checkpoint
+
+
+def check_fits(own: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> None:
+    """A checkpoint's weights (``theirs``) fit this model's (``own``): the same names and shapes, or one sentence."""
+    if theirs and own.keys() != theirs.keys():
+        missing, unexpected = sorted(own.keys() - theirs.keys()), sorted(theirs.keys() - own.keys())
+        raise ConfigError(
+            f"The checkpoint does not fit this model (another model.net or task?): parameters missing from "
+            f"it: {missing[:3]}, unknown to this model: {unexpected[:3]}."
+        )
+    for name, tensor in theirs.items():
+        if tensor.shape != own[name].shape:
+            raise ConfigError(
+                f"The checkpoint does not fit this model (another model.net?): {name} has shape "
+                f"{tuple(tensor.shape)} in the checkpoint but {tuple(own[name].shape)} here."
+            )

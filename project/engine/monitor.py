@@ -10,8 +10,9 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch.distributed.tensor import DTensor
 
-from project.engine.task import IGNORE_INDEX
+from project.engine.metrics import IGNORE_INDEX
 
 
 class TrainingMonitor(L.Callback):
@@ -23,6 +24,7 @@ class TrainingMonitor(L.Callback):
       (counted tokens: padding excluded);
     - ``train/flops_per_sec``: the FLOPs of one training batch (``_count_flops``, once, at the first batch) times the
       batches per second; on a GPU whose peak Lightning knows (``get_available_flops``), ``train/mfu`` too;
+    - ``train/grad_norm``: the total gradient norm before clipping (after accumulation and AMP unscaling);
     - ``train/data_wait``: the fraction of wall time spent waiting for the next batch from the DataLoader
       (timed inside the loader when it offers ``wait_seconds``, as ``ResumableDataLoader`` does; otherwise the
       time between one batch's end and the next one's start, which also counts Lightning's own per-step work).
@@ -133,6 +135,16 @@ class TrainingMonitor(L.Callback):
                 "data.pin_memory: true; or make __getitem__ cheaper."
             )
         self._reset_window(now)
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        # Once per optimizer step, before clipping: the true pre-clip norm. On the device (one fused reduction, no host
+        # copy per parameter), on the steps the logger writes (global_step + 1 is this step's number).
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+        if every > 0 and (trainer.global_step + 1) % every == 0:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in pl_module.parameters() if p.grad is not None])
+            if isinstance(norm, DTensor):  # sharded gradients (FSDP): the norm over all shards
+                norm = norm.full_tensor()
+            pl_module.log("train/grad_norm", norm, on_step=True, on_epoch=False)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A run validated by steps (val_check_interval in batches, as language models are) may never end an epoch:

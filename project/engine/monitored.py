@@ -12,6 +12,21 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from torchmetrics import MetricCollection
+
+from project.engine.errors import ConfigError
+
+
+def monitor_and_mode(task: str, metrics: MetricCollection, monitor: str) -> tuple[str, Literal["min", "max"]]:
+    """The config's ``model.monitor``, one the task logs, with the metric's own direction (torchmetrics'
+    ``higher_is_better``; ``val/loss``: min)."""
+    directions = {"val/loss": False, **{f"val/{k}": m.higher_is_better for k, m in metrics.items()}}
+    if directions.get(monitor) is None:
+        raise ConfigError(
+            f"model.monitor={monitor!r}: {task} logs {', '.join(sorted(directions))} (a metric of unknown direction "
+            "cannot judge a run); choose one of them, or add the metric to the task."
+        )
+    return monitor, "max" if directions[monitor] else "min"
 
 
 def _judged_by(pl_module: L.LightningModule) -> tuple[str, str]:

@@ -1,13 +1,20 @@
 """Writing a trained model's predictions to a CSV file. What ``predict`` reads (``data.predict_path``) is the
-DataModule's business: its ``load_predict_inputs`` decodes your files exactly as training decodes its samples."""
+DataModule's business: its ``load_predict_inputs`` decodes your files exactly as training decodes its samples, and
+``check_inputs`` refuses what does not fit the model in one sentence."""
 
 import csv
+import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from torch import Tensor
+from torch.utils.data import Dataset, TensorDataset
+
+from project.engine.errors import ConfigError
 
 
 class CSVPredictionWriter(BasePredictionWriter):
@@ -48,3 +55,40 @@ class CSVPredictionWriter(BasePredictionWriter):
                 writer.writerow([index, *(values[index] for values in carried.values()), *row])
         pl_module.write_prediction_files(outputs, output.parent, dm)  # type: ignore[operator]
         print(f"Wrote {len(rows)} predictions to {output}")
+
+
+def check_inputs(
+    path: Path, values: Any, input_shape: tuple[int, ...], input_dtype: torch.dtype, vocabulary: list[str] | None
+) -> Tensor:
+    """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and the shape (and, for
+    token ids, the range) expected."""
+    values = np.asarray(values)
+    flat = math.prod(input_shape)
+    if values.ndim < 2 or len(values) == 0 or (values.shape[1:] != input_shape and values.shape[1:] != (flat,)):
+        raise ConfigError(
+            f"data.predict_path={str(path)!r} holds an array shaped {values.shape}; expected N >= 1 samples "
+            f"shaped {input_shape} (or rows of {flat} values)."
+        )
+    if not input_dtype.is_floating_point:
+        ids = vocabulary or []
+        if values.dtype.kind not in "iu" or values.min() < 0 or values.max() >= len(ids):
+            raise ConfigError(
+                f"data.predict_path={str(path)!r}: token ids must be integers in [0, {len(ids)}), found "
+                f"{values.dtype} values in [{values.min()}, {values.max()}]."
+            )
+        return torch.as_tensor(values, dtype=input_dtype).reshape(-1, *input_shape)
+    inputs = torch.as_tensor(values, dtype=torch.float32).reshape(-1, *input_shape)
+    if not torch.isfinite(inputs).all():
+        raise ConfigError(f"data.predict_path={str(path)!r}: the values must be finite (found NaN or inf).")
+    return inputs
+
+
+def predict_set(datamodule: Any, path: Path) -> Dataset:
+    """What ``predict`` runs on: the inputs ``datamodule.load_predict_inputs`` decodes from ``path``, with no targets
+    (-1) where it returns a tensor."""
+    if not path.exists():
+        raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
+    inputs = datamodule.load_predict_inputs(path)
+    if isinstance(inputs, Tensor):
+        return TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
+    return inputs

@@ -4,21 +4,20 @@ One segment per ``fit`` of the run (a resumed run shows one more segment each ti
 working directory, start and end times, how it ended (finished, stopped early, interrupted by a signal, crashed
 with the exception's one line), the project's git commit and whether the tree was dirty (then ``git-<k>.patch``,
 the uncommitted diff with the untracked source and config files, which ``git apply`` reproduces on that commit;
-never a file whose name looks like a secret, see ``SECRET_NAMES``), Python and library
+never a file whose name looks like a secret: ``git_snapshot.py``), Python and library
 versions, the accelerators, world size and host, and ``pip-freeze-<k>.txt`` (written when the installed packages
 differ from the previous segment's). Written by rank 0, atomically, plain JSON; also shown in TensorBoard's text
 tab. ``make runs`` reads it.
 """
 
 import datetime
-import fnmatch
 import importlib.metadata
 import json
 import os
 import platform
 import shlex
+import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,70 +28,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
+from project.engine.git_snapshot import git_state
 from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
 from project.engine.runs import flatten
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
-# Untracked files copied into the patch: source and config only, small, and never one whose name looks like a
-# secret (run directories get uploaded and shared: a tracker, a shared disk, a bug report). The others are listed
-# in the record by name and size.
-UNTRACKED_MAX_BYTES = 1_000_000
-SOURCE_SUFFIXES = {".py", ".pyi", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".json", ".md", ".txt", ".rst", ".sh",
-                   ".sbatch", ".ipynb"}  # fmt: skip
-SOURCE_NAMES = {"Makefile", "Dockerfile"}
-SECRET_NAMES = (".env*", "*.pem", "*.key", "id_*", "*token*", "*secret*", "credentials*", "*.p12", "*.pfx", ".netrc",
-                ".pgpass", "*.kdbx", "*password*")  # fmt: skip
 
 
 def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
-
-
-def git_state(repo: Path, patch_path: Path) -> dict[str, Any]:
-    """The commit of ``repo``, whether its tree is dirty, and if so the uncommitted diff written to ``patch_path``
-    (tracked changes, then untracked files not ignored by .gitignore, as new files)."""
-    try:
-        head = _git(repo, "rev-parse", "HEAD")
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return {"commit": None, "note": f"git is not available ({err.__class__.__name__})"}
-    if head.returncode != 0:
-        return {"commit": None, "note": f"{repo} is not a git checkout: no commit recorded"}
-    status = _git(repo, "status", "--porcelain").stdout
-    state: dict[str, Any] = {"commit": head.stdout.strip(), "dirty": bool(status.strip())}
-    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
-    state["branch"] = branch
-    if not state["dirty"]:
-        return state
-    patch = _git(repo, "diff", "HEAD", "--binary").stdout
-    skipped = []
-    untracked = _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
-    for name in filter(None, untracked):
-        reason = _not_copied(repo / name)
-        if reason:
-            skipped.append({"name": name, "bytes": (repo / name).stat().st_size, "why": reason})
-            continue
-        # --no-index exits 1 when the files differ, which is the point here.
-        patch += _git(repo, "diff", "--no-index", "--binary", "--", "/dev/null", name).stdout
-    patch_path.write_text(patch)
-    state["patch"] = patch_path.name
-    if skipped:
-        state["untracked_not_in_patch"] = skipped
-    return state
-
-
-def _not_copied(path: Path) -> str | None:
-    """Why an untracked file stays out of the patch, or None to copy it."""
-    if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):
-        return "its name looks like a secret"
-    if path.suffix.lower() not in SOURCE_SUFFIXES and path.name not in SOURCE_NAMES:
-        return "not a source or config file"
-    if path.stat().st_size > UNTRACKED_MAX_BYTES:
-        return f"over {UNTRACKED_MAX_BYTES // 1_000_000} MB"
-    return None
 
 
 def installed_packages() -> str:
@@ -135,7 +79,7 @@ def machine(trainer: L.Trainer) -> dict[str, Any]:
 def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
     """How the segment ended, in a few words."""
     if isinstance(exception, Interrupted):
-        return f"interrupted by {_signal_name(exception.signum)} at step {exception.step}"
+        return f"interrupted by {signal.Signals(exception.signum).name} at step {exception.step}"
     if isinstance(exception, LoaderWorkerDied):
         return f"stopped at step {exception.step}: a DataLoader worker died"
     if isinstance(exception, KeyboardInterrupt):
@@ -153,21 +97,11 @@ def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
     return "finished"
 
 
-def _signal_name(signum: int) -> str:
-    import signal
-
-    return signal.Signals(signum).name
-
-
 class Provenance(Callback):
     """Writes the run's provenance.json (see the module's docstring); listed in configs/default.yaml's callbacks."""
 
     def __init__(self, cli_args: list[str] | None = None) -> None:
-        """
-        Args:
-            cli_args: the arguments the CLI parsed (``fit --config ...``), recorded beside the process's command
-                line, which differs when the CLI runs inside another program (a notebook, a test).
-        """
+        """``cli_args``: what the CLI parsed, recorded beside the process's command line (they differ in a notebook)."""
         self.cli_args = cli_args
         self.path: Path | None = None
         self.record: dict[str, Any] = {}
@@ -229,9 +163,8 @@ class Provenance(Callback):
         self._end(trainer, exception)
 
     def _end(self, trainer: L.Trainer, exception: BaseException | None) -> None:
-        if self.path is None or self.record["segments"][-1]["ended"] is not None:
-            return
-        if not self.path.parent.is_dir():  # a refused run, whose directory SaveConfig removed: nothing to record
+        # Not twice, nor for a refused run, whose directory SaveConfig removed.
+        if self.path is None or self.record["segments"][-1]["ended"] is not None or not self.path.parent.is_dir():
             return
         self.update(
             ended=now(), status=ending(trainer, exception), epochs=trainer.current_epoch, steps=trainer.global_step
@@ -250,9 +183,7 @@ class Provenance(Callback):
         if not isinstance(trainer.logger, TensorBoardLogger):
             return
         segment = self.record["segments"][-1]
-        rows = ["| | |", "|---|---|"]
-        for key, value in flatten(segment).items():
-            rows.append(f"| {key} | `{value}` |")
+        rows = ["| | |", "|---|---|", *(f"| {key} | `{value}` |" for key, value in flatten(segment).items())]
         trainer.logger.experiment.add_text(
             f"provenance/segment_{segment['segment']}", "\n".join(rows), trainer.global_step
         )

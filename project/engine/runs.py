@@ -36,8 +36,9 @@ def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
     need not be on this machine. Read with ``weights_only=True``; a ``ConfigError`` in one sentence if the file is
     missing, truncated, unsafe, or not from this project's CLI."""
     from project.engine.checkpoints import load_checkpoint
-    from project.engine.datamodule import DataModule, learned_in, restoring
+    from project.engine.datamodule import DataModule
     from project.engine.errors import ConfigError, config_error_in
+    from project.engine.portable import learned_in, restoring
     from project.engine.task import Task
 
     saved = load_checkpoint(checkpoint)

@@ -16,7 +16,8 @@ from torchmetrics import Metric
 
 from project.data.tokenizer import token_bytes
 from project.engine.errors import ConfigError
-from project.engine.task import IGNORE_INDEX, Task
+from project.engine.metrics import IGNORE_INDEX
+from project.engine.task import Task
 
 
 class TokensPerByte(Metric):
@@ -93,8 +94,8 @@ class LanguageModel(Task):
             ratio = self.val_tokens_per_byte if metrics is self.val_metrics else self.test_tokens_per_byte
             ratio.update(self.token_bytes[targets[targets != IGNORE_INDEX]])
 
-    def _log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
-        super()._log_epoch(stage, loss_metric, metrics)
+    def log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
+        super().log_epoch(stage, loss_metric, metrics)
         loss = loss_metric.compute()  # the exact token-weighted mean over the split (synced across processes)
         self.log(f"{stage}/ppl", loss.exp())
         if self.token_bytes.numel():  # the split's summed loss over its bytes of text, in bits

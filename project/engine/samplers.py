@@ -1,6 +1,7 @@
-"""A train DataLoader whose position inside an epoch is saved in checkpoints, so a run resumed mid-epoch continues
-with exactly the batches it would have seen next. Lightning saves and restores any train loader that has
-``state_dict``/``load_state_dict`` (Lightning #19764); a plain DataLoader restarts the epoch from its first batch.
+"""The samplers every DataModule uses. Training: a seeded ``DistributedSampler`` and a DataLoader whose position inside
+an epoch is saved in checkpoints, so a run resumed mid-epoch continues with exactly the batches it would have seen
+next (Lightning saves and restores any train loader that has ``state_dict``/``load_state_dict``, Lightning #19764; a
+plain DataLoader restarts the epoch from its first batch). Evaluation: every sample exactly once, unpadded.
 """
 
 import itertools
@@ -8,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class ResumableSampler(DistributedSampler):
@@ -80,3 +81,19 @@ class ResumableDataLoader(DataLoader):
         self._resume = dict(state)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(state["epoch"])
+
+
+class UnpaddedDistributedSampler(DistributedSampler):
+    """Evaluation sampler giving rank r the samples r, r+W, r+2W, ...: every sample is seen exactly once.
+
+    torch's DistributedSampler pads the index list with repeats so every rank gets the same count, and
+    torchmetrics does not remove them, so DDP val/test metrics would be biased. Uneven
+    shards are safe here because evaluation makes no per-step collective call (metrics sync once, at epoch end).
+    """
+
+    def __init__(self, dataset: Dataset, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
+        self.num_samples = len(range(rank, len(self.dataset), num_replicas))  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))  # type: ignore[arg-type]

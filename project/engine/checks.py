@@ -1,0 +1,132 @@
+"""What the CLI checks before a run starts: the Trainer flags against the callbacks they make meaningless, the
+guarantees a config leaves out (said, never added back), and the task against the data it is given."""
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateMonitor, ModelCheckpoint, ProgressBar
+from lightning.pytorch.utilities import rank_zero_info
+
+from project.engine.checkpoints import AtomicCheckpointIO
+from project.engine.errors import ConfigError
+from project.engine.last_checkpoint import LastCheckpoint
+from project.engine.monitored import ValidateTheLastStep
+from project.engine.provenance import Provenance
+
+
+def check_fit(trainer: Any) -> None:
+    """The parsed ``fit.trainer`` config: refused when the DataModule's samplers or the schedule cannot work with it,
+    then adapted to its flags."""
+    if trainer.use_distributed_sampler:
+        raise ConfigError(
+            "trainer.use_distributed_sampler=true: the DataModule builds its own seeded, resumable and unpadded "
+            "samplers for every process, which Lightning's would replace (and pad); leave it false."
+        )
+    if trainer.max_epochs is None and trainer.max_steps in (None, -1) and not trainer.fast_dev_run:
+        # Lightning would silently assume max_epochs=1000 and stretch the cosine schedule over it.
+        raise ConfigError(
+            "Neither trainer.max_epochs nor trainer.max_steps is set: the run length must be known for the "
+            "LR schedule; set one of them (e.g. --trainer.max_epochs=30)."
+        )
+    adapt_to_trainer_flags(trainer)
+
+
+def check_task_fits_data(task: Any, data: Any) -> None:
+    """The task learns from the targets the data serves, and a net with its own tokenizer gets data tokenised by it."""
+    if task.target_kind != data.target_kind:
+        raise ConfigError(
+            f"model.class_path={type(task).__name__} learns from {task.target_kind}, but data.class_path="
+            f"{type(data).__name__} serves {data.target_kind} ({', '.join(data.target_names[:5])}): choose a "
+            "task for these targets (configs/tasks/*.yaml), or set the DataModule's target type (e.g. "
+            "data.target_type for a CSV)."
+        )
+    # A net that masks padding names the id it takes for it (a pretrained model's); the data must pad with it.
+    rows, vocabulary = getattr(task.net, "vocab_size", None), getattr(data, "vocabulary", None)
+    if rows is not None and vocabulary and len(vocabulary) > rows:
+        raise ConfigError(
+            f"model.net.class_path={type(task.net).__name__} embeds {rows} token ids, but the data's tokenizer has "
+            f"{len(vocabulary)}: give the data the model's own tokenizer (e.g. data.tokenizer)."
+        )
+    net_pad, data_pad = getattr(task.net, "pad_id", None), getattr(data, "pad_id", None)
+    if None not in (net_pad, data_pad) and net_pad != data_pad:
+        raise ConfigError(
+            f"model.net.class_path={type(task.net).__name__} takes id {net_pad} for padding, but the data pads "
+            f"with {data_pad}: give the data the model's own tokenizer (e.g. data.tokenizer)."
+        )
+    own = getattr(task.net, "vocabulary", None)  # a pretrained model's tokenizer: the data's must be the same
+    if own and vocabulary:
+        differ = next((i for i, (a, b) in enumerate(zip(vocabulary, own, strict=False)) if a != b), None)
+        if differ is not None:
+            raise ConfigError(
+                f"the data's tokenizer is not model.net's: token id {differ} is {vocabulary[differ]!r} in the "
+                f"data's and {own[differ]!r} in the model's; give data.tokenizer the model's own (the same path "
+                "as model.net.init_args.name_or_path)."
+            )
+
+
+def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any]) -> None:
+    """What runs is what the config lists: a guarantee whose callback or plugin it leaves out is lost, and one line
+    each says so (nothing is added behind the config's back)."""
+    missing: list[tuple[str, type, str]] = []
+    if trainer.checkpoint_callbacks:  # else no checkpoint is written: nothing to write atomically or resume
+        io = trainer.strategy.checkpoint_io
+        if not isinstance(getattr(io, "checkpoint_io", io), AtomicCheckpointIO):  # BackgroundCheckpointIO wraps it
+            missing.append(("trainer.plugins", AtomicCheckpointIO,
+                            "a crash during a checkpoint write can leave a half-written .ckpt"))  # fmt: skip
+        if not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
+            missing.append(("trainer.callbacks", LastCheckpoint,
+                            "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"))  # fmt: skip
+    if not any(isinstance(cb, ValidateTheLastStep) for cb in callbacks):
+        missing.append(("trainer.callbacks", ValidateTheLastStep,
+                        "a run that stops at trainer.max_steps mid-epoch ends unvalidated"))  # fmt: skip
+    if not any(isinstance(cb, Provenance) for cb in callbacks):
+        missing.append(("trainer.callbacks", Provenance,
+                        "no provenance.json: make runs and make sweep-status cannot list this run"))  # fmt: skip
+    for key, kind, lost in missing:
+        name = f"{kind.__module__}.{kind.__name__}"
+        rank_zero_info(f"The config's {key} leaves out {name}: {lost} (configs/default.yaml lists it).")
+
+
+def kind_of(callback: Any) -> type:
+    """The class a parsed callback config names."""
+    module, _, name = str(callback.class_path).rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def adapt_to_trainer_flags(trainer: Any) -> None:
+    """Lightning's everyday flags keep their meaning with the default callbacks: callbacks that need what a flag
+    turns off are dropped, each with one line saying so, instead of failing the run (``trainer`` is the parsed
+    ``fit.trainer`` config, before anything is built)."""
+
+    def monitors_val(callback: Any) -> bool:  # monitor null: the task's metric, a val/ one
+        return str((callback.get("init_args") or {}).get("monitor") or "val/").startswith("val/")
+
+    def drop(reason: str, unwanted: Any) -> None:
+        kept = [cb for cb in trainer.callbacks or [] if not unwanted(cb)]
+        dropped = [str(cb.class_path).rpartition(".")[2] for cb in trainer.callbacks or [] if unwanted(cb)]
+        if dropped:
+            print(f"{reason}: {', '.join(dropped)} turned off.")
+        trainer.callbacks = kept
+
+    if trainer.enable_checkpointing is False:
+        drop(
+            "trainer.enable_checkpointing=false: no checkpoint is written, the run cannot be resumed, and the final "
+            "test uses the final weights",
+            lambda cb: issubclass(kind_of(cb), Checkpoint),
+        )
+    if trainer.limit_val_batches == 0:
+        drop(
+            "trainer.limit_val_batches=0 (no validation): nothing monitors val/ metrics, the final test uses the "
+            "final weights",
+            lambda cb: issubclass(kind_of(cb), EarlyStopping | ModelCheckpoint) and monitors_val(cb),
+        )
+    if trainer.enable_progress_bar is False:
+        drop("trainer.enable_progress_bar=false", lambda cb: issubclass(kind_of(cb), ProgressBar))
+    if trainer.logger in (False, None) and not trainer.fast_dev_run:
+        drop("trainer.logger=false: no curves are written", lambda cb: issubclass(kind_of(cb), LearningRateMonitor))
+        if trainer.default_root_dir is None:  # Lightning would write config.yaml and checkpoints into the cwd
+            base = Path("logs") / "no_logger"
+            versions = [int(p.name[8:]) for p in base.glob("version_*") if p.name[8:].isdigit()]
+            trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")

@@ -1,0 +1,85 @@
+"""Every DataLoader setting of a DataModule in one place: batch size per process, workers (their seeds drawn from the
+run's seed, never from the global RNG), pinned memory, prefetching."""
+
+import os
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from project.engine.errors import ConfigError
+from project.engine.samplers import UnpaddedDistributedSampler
+
+
+def check_loader_settings(
+    batch_size: int, num_workers: int | None, prefetch_factor: int, val_fraction: float, test_fraction: float
+) -> None:
+    if batch_size < 1:
+        raise ConfigError(f"data.batch_size={batch_size!r}: the batch size must be >= 1.")
+    if num_workers is not None and num_workers < 0:
+        raise ConfigError(f"data.num_workers={num_workers!r}: the worker count must be >= 0.")
+    if prefetch_factor < 1:
+        raise ConfigError(f"data.prefetch_factor={prefetch_factor!r}: must be >= 1.")
+    for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not 0.0 < value < 1.0:
+            raise ConfigError(f"data.{key}={value!r}: a fraction must lie strictly between 0 and 1.")
+    if val_fraction + test_fraction >= 1.0:
+        raise ConfigError(
+            f"data.val_fraction + data.test_fraction = {val_fraction + test_fraction!r}: "
+            "together they must be < 1 to leave samples for training."
+        )
+
+
+def run_seed() -> int:
+    """The run's seed (``seed_everything``, which Lightning exports as PL_GLOBAL_SEED), as Lightning's own samplers
+    read it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+def world_of(trainer: Any) -> tuple[int, int]:
+    """(processes, this one's rank): (1, 0) outside a Trainer."""
+    return (trainer.world_size, trainer.global_rank) if trainer else (1, 0)
+
+
+def worker_count(num_workers: int | None, trainer: Any) -> int:
+    """``data.num_workers``, or for None one per CPU core available to this process, shared among the processes on
+    this machine, at most 8."""
+    if num_workers is None:
+        per_machine = trainer.num_devices if trainer else 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        num_workers = min(8, max(1, cores // per_machine))
+    return num_workers
+
+
+def build_loader(
+    datamodule: Any, dataset: Dataset, sampler: Sampler, loader_class: type[DataLoader] = DataLoader, **kwargs: Any
+) -> DataLoader:
+    """A loader over ``dataset`` in ``sampler``'s order, with the DataModule's settings (its ``hparams``)."""
+    settings, trainer = datamodule.hparams, datamodule.trainer
+    workers = worker_count(settings["num_workers"], trainer)
+    pin = settings["pin_memory"]
+    if pin is None:
+        pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
+    return loader_class(
+        dataset,
+        batch_size=settings["batch_size"],
+        sampler=sampler,
+        num_workers=workers,
+        pin_memory=pin,
+        persistent_workers=settings["persistent_workers"] and workers > 0,
+        prefetch_factor=settings["prefetch_factor"] if workers > 0 else None,
+        # Worker seeds are drawn from this generator, not from the global RNG, which stays untouched by loaders (its
+        # state is checkpointed for dropout; see project/engine/rng.py).
+        generator=torch.Generator().manual_seed(run_seed()),
+        collate_fn=datamodule.collate_fn,
+        **kwargs,
+    )
+
+
+def eval_loader(datamodule: Any, dataset: Dataset | None) -> DataLoader:
+    """Every sample of ``dataset`` exactly once, shared out over the processes unpadded."""
+    assert dataset is not None, "call setup() first"
+    world_size, rank = world_of(datamodule.trainer)
+    if len(dataset) < world_size:  # type: ignore[arg-type]
+        raise ConfigError(f"An evaluation split of {len(dataset)} samples cannot feed {world_size} processes.")  # type: ignore[arg-type]
+    return build_loader(datamodule, dataset, UnpaddedDistributedSampler(dataset, world_size, rank))

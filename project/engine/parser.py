@@ -1,0 +1,86 @@
+"""The config parser: jsonargparse's error for a bad key shortened to one sentence, and a bare optimizer name on the
+command line read as torch's."""
+
+import os
+import re
+import sys
+from typing import NoReturn
+
+import torch
+from lightning.pytorch.cli import LightningArgumentParser
+
+from project.recipe import WarmupSchedule
+
+
+class Parser(LightningArgumentParser):
+    """jsonargparse's parser, with its error for a bad key of a task or DataModule (classes chosen by class_path)
+    shortened from the union's every alternative to the key and its own complaint, and printed alone: jsonargparse
+    prints the whole usage (~50 lines) before it."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raised for a caller to handle
+            super().error(condensed(message), ex)
+        print(f"error: {condensed(message)}  (--help lists every key)", file=sys.stderr)
+        sys.exit(2)
+
+
+def condensed(message: str) -> str:
+    """'Parser key "model": Does not validate against any of the Union subtypes ... Parser key "lr": Expected a
+    <class 'float'>. Got value: abc ...' -> 'model.lr: Expected a <class 'float'>. Got value: abc'."""
+    if "Does not validate against any of the Union subtypes" not in message:
+        return message
+    keys, reason = [], ""
+    for line in message.splitlines():
+        text = line.strip()
+        if key := re.fullmatch(r'(?:error: )?Parser key "([^"]+)":', text):
+            keys.append(key.group(1))
+        elif text.startswith("- Expected a <class 'NoneType'>"):
+            break
+        elif text and not text.startswith(("Does not validate", "Subtypes:", "Errors:", "- Problem with given")):
+            reason = text
+    given = re.search(r"Given value: NestedArg\(key='([^']+)'", message)  # the key as the command line spelled it
+    name = f"{keys[0]}.{given.group(1)}" if given and keys else ".".join(keys)
+    unknown = re.fullmatch(r"- Expected a dot import path string: (.+)", reason)
+    if unknown and name.rpartition(".")[2] in _RECIPE_CLASSES:
+        kind, known = _RECIPE_CLASSES[name.rpartition(".")[2]]
+        return (
+            f"{name}={unknown.group(1)}: no {kind} has that name; give one of {', '.join(known())} or the class "
+            "path of your own (my_package.module.Class)."
+        )
+    # A bad argument of an injected class (model.optimizer.lr=abc): the class, not the whole Callable type and the
+    # parsed Namespace jsonargparse names; a Literal: its choices in plain words.
+    reason = re.sub(r"^Type .* expects a function or a callable class: (?:\w+: )?", "", reason)
+    reason = re.sub(r"\. Got value: Namespace\(class_path='([^']+)'.*$", r" (\1)", reason)
+    reason = re.sub(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*?)( \(|$)", r"\2 is not one of \1\3", reason)
+    return f"{name}: {reason}" if name and reason else message
+
+
+def _optimizers() -> list[str]:
+    found, todo = set(), [torch.optim.Optimizer]
+    while todo:  # AdamW is a subclass of Adam
+        todo += (kind := todo.pop()).__subclasses__()
+        found.add(kind)
+    # Not those the recipe's parameter groups cannot use: LBFGS (no groups), SparseAdam (sparse gradients only), Muon
+    # (matrices only).
+    unfit = {"Optimizer", "LBFGS", "SparseAdam", "Muon"}
+    return sorted(c.__name__ for c in found if c.__name__ not in unfit and getattr(torch.optim, c.__name__, 0) is c)
+
+
+def torch_optimizer_names(args: list[str]) -> list[str]:
+    """A bare optimizer name on the command line (``--model.optimizer=SGD``) is torch.optim's: jsonargparse refuses a
+    name that two imported libraries share (bitsandbytes, which peft imports where it is installed, has an SGD)."""
+    key, named = "--model.optimizer", []
+    for i, arg in enumerate(args):
+        name = arg.removeprefix(key + "=") if arg.startswith(key + "=") else arg if i and args[i - 1] == key else ""
+        if name.isidentifier() and isinstance(getattr(torch.optim, name, None), type):
+            arg = arg.removesuffix(name) + f"torch.optim.{name}"
+        named.append(arg)
+    return named
+
+
+def _schedules() -> list[str]:
+    return [c.__name__ for c in WarmupSchedule.__subclasses__()]
+
+
+# The task's recipe arguments that name a class: what each is, and the names it knows.
+_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", _schedules)}

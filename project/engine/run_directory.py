@@ -1,0 +1,84 @@
+"""The run directory: ``config.yaml`` written when ``fit`` starts (and the directory removed again when the run is
+refused before its first checkpoint), and a resumed run continued in its own directory."""
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from project.engine.errors import ConfigError
+from project.engine.tracking import continue_runs
+
+
+class SaveConfig(SaveConfigCallback):
+    """Lightning's config saver, for ``fit`` only (validate/test/predict of a run must not start a new run
+    directory with a config.yaml in it). It also removes the run directory it created when the run dies of a
+    ``ConfigError`` (e.g. warmup longer than the run, found only once the run length is known) before any
+    checkpoint: a bad value leaves no empty run behind in logs/."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # fast_dev_run writes nothing (Lightning's meaning), not even a config.
+        if stage == "fit" and not getattr(trainer, "fast_dev_run", False):
+            super().setup(trainer, pl_module, stage)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        refused = isinstance(exception, ConfigError | MisconfigurationException)
+        if not (refused and trainer.is_global_zero and trainer.log_dir):
+            return
+        run_dir = Path(trainer.log_dir)
+        files = [p for p in run_dir.rglob("*") if p.is_file()]
+        # Ours: it holds only what this run wrote at its start (the config, the logger's files, the provenance
+        # record). A directory with a checkpoint, or anything else (a sweep trial's console.log, which holds the
+        # error sentence), is never removed.
+        ours = all(_written_at_start(p.name) for p in files)
+        if ours and not any(p.suffix == ".ckpt" for p in files):
+            # The loggers first (Lightning finalizes them again after this hook, harmlessly): TensorBoard's writer
+            # thread could otherwise still be writing its event file into the removed directory, and its error
+            # would replace the one-sentence refusal.
+            for logger in trainer.loggers:
+                logger.finalize("failed")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # logs/<name> too, if this run was all it held
+                run_dir.parent.rmdir()
+
+
+def _written_at_start(name: str) -> bool:
+    return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name in (
+        "provenance.json", "config.yaml", "hparams.yaml", "trackers.json", "tokenizer.json",
+    )  # fmt: skip
+
+
+def continue_in_place(config: Any, ckpt_path: Path, checkpoint: dict[str, Any]) -> bool:
+    """Resuming ``<run>/checkpoints/*.ckpt`` logs into ``<run>`` itself, so TensorBoard shows one curve. Events
+    the crashed process logged after this checkpoint are purged (TensorBoard's purge_step), so no step is
+    shown twice; the run's config.yaml is rewritten with the resumed config; the trackers continue the runs
+    recorded in its trackers.json. True when the run continues in place (its config.yaml is then
+    overwritten)."""
+    run_dir = ckpt_path.resolve().parent.parent
+    logger = config.trainer.logger
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    if not str(getattr(logger, "class_path", "")).endswith("TensorBoardLogger"):
+        print(
+            f"Resuming with trainer.logger={getattr(logger, 'class_path', logger)}: the run continues in a new "
+            "run directory (continuing in place, with the steps after the checkpoint purged, needs "
+            "TensorBoardLogger)."
+        )
+        return False
+    save_dir = str(run_dir.parent.parent)
+    # ModelCheckpoint keeps its record of the best checkpoint only if its directory is spelled as before
+    # (a relative "logs/..." stays relative); otherwise it would save best-v1.ckpt beside best.ckpt.
+    for state in (checkpoint.get("callbacks") or {}).values():  # a ModelCheckpoint's (or subclass's) state
+        dirpath = state.get("dirpath") if isinstance(state, dict) else None
+        if dirpath and Path(dirpath).resolve() == run_dir / "checkpoints":
+            save_dir = str(Path(dirpath).parent.parent.parent)
+    logger.init_args.save_dir = save_dir
+    logger.init_args.name = run_dir.parent.name
+    logger.init_args.version = run_dir.name
+    logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
+    continue_runs(config.trackers or [], run_dir)  # in the same run directory: the same tracker runs
+    return True
