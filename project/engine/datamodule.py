@@ -8,7 +8,7 @@
 - padding targets are ``metrics.IGNORE_INDEX``; ``collate_fn`` batches samples of different lengths;
 - ``load_dataset()`` (split here by ``split_seed``) or ``load_splits()``, and ``show(sample, ax)`` to look at one;
 - ``load_predict_inputs(path)``: a file or folder decoded as training decodes its samples, with ``predict_columns``
-  (``test_columns`` for the test split) carried into the prediction file so its rows join back to the inputs;
+  (``test_columns`` for the test split) carried into the prediction file so its rows join back to the inputs.
 
 Float inputs are standardised on the device (datasets stay in raw units; ``export`` builds it into the model). What
 reading new inputs needs is kept in the checkpoint (``portable.py``).
@@ -28,7 +28,7 @@ from project.engine.errors import ConfigError
 from project.engine.loaders import build_loader, check_loader_settings, eval_loader, run_seed, world_of
 from project.engine.normalization import as_tensors, standardized, statistics_for
 from project.engine.portable import EXAMPLES, being_restored, restore_learned, state_of
-from project.engine.predict import check_inputs, predict_set
+from project.engine.predict import check_inputs, read_predict_set
 from project.engine.samplers import ResumableDataLoader, ResumableSampler
 
 
@@ -154,7 +154,7 @@ class DataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage == "predict" and self.hparams["predict_path"] and self.predict_set is None:
-            self.predict_set = predict_set(self, Path(self.hparams["predict_path"]))
+            self.predict_set = read_predict_set(self, Path(self.hparams["predict_path"]))
         # Predicting on files needs no split: the training data need not be on this machine.
         if self.train_set is None and not (stage == "predict" and self.predict_set is not None):
             self.train_set, self.val_set, self.test_set = self.load_splits()

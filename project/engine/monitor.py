@@ -15,6 +15,13 @@ from torch.distributed.tensor import DTensor
 from project.engine.metrics import IGNORE_INDEX
 
 
+def is_logging_step(trainer: L.Trainer) -> bool:
+    """Whether the optimizer step under way is one the logger writes (``global_step + 1`` is its number, as
+    Lightning's ``should_update_logs`` counts before the step)."""
+    every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+    return every > 0 and (trainer.global_step + 1) % every == 0
+
+
 class TrainingMonitor(L.Callback):
     """Logs, on the steps the logger writes (``trainer.log_every_n_steps``), averaged over the steps since the last:
 
@@ -138,9 +145,8 @@ class TrainingMonitor(L.Callback):
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         # Once per optimizer step, before clipping: the true pre-clip norm. On the device (one fused reduction, no host
-        # copy per parameter), on the steps the logger writes (global_step + 1 is this step's number).
-        every = trainer.log_every_n_steps  # type: ignore[attr-defined]
-        if every > 0 and (trainer.global_step + 1) % every == 0:
+        # copy per parameter), on the steps the logger writes.
+        if is_logging_step(trainer):
             norm = torch.nn.utils.get_total_norm([p.grad for p in pl_module.parameters() if p.grad is not None])
             if isinstance(norm, DTensor):  # sharded gradients (FSDP): the norm over all shards
                 norm = norm.full_tensor()

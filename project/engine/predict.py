@@ -83,7 +83,7 @@ def check_inputs(
     return inputs
 
 
-def predict_set(datamodule: Any, path: Path) -> Dataset:
+def read_predict_set(datamodule: Any, path: Path) -> Dataset:
     """What ``predict`` runs on: the inputs ``datamodule.load_predict_inputs`` decodes from ``path``, with no targets
     (-1) where it returns a tensor."""
     if not path.exists():

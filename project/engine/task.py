@@ -30,6 +30,7 @@ from project import recipe
 from project.engine import accumulation, checkpoints, finetuning, monitored, rng, sharding
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
 from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
+from project.engine.monitor import is_logging_step
 from project.recipe import OptimizerCallable, ScheduleCallable, WarmupCosine
 
 Batch = tuple[Tensor, Tensor]
@@ -178,9 +179,8 @@ class Task(L.LightningModule):
             shown = loss.detach() / tokens.clamp_min(1)
         else:
             loss = shown = losses.mean()
-        # Only on the steps the logger writes (global_step + 1 is this one): each self.log costs ~0.8 ms on a CPU.
-        every = self.trainer.log_every_n_steps  # type: ignore[attr-defined]
-        if every > 0 and (self.trainer.global_step + 1) % every == 0:
+        # Only on the steps the logger writes: each self.log costs ~0.8 ms on a CPU.
+        if is_logging_step(self.trainer):
             self.train_loss(shown.detach())
             self.log("train/loss", self.train_loss, on_step=True, on_epoch=False)
         return loss
