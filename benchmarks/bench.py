@@ -341,9 +341,13 @@ def run_template(
 
 def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | None = None, scratch: str = "") -> dict:
     """A bare Lightning fit of the same task, data and net: built by hand from their classes and the config's
-    arguments, a Trainer with the config's flags but no callback, no logger and no progress bar. What the template's
-    start-up and steps are compared with, besides the hand-written loop."""
+    arguments, a Trainer with the config's flags and Lightning's own logging, summary and checkpoints (TensorBoard,
+    the step's learning rate, the best and the last checkpoint each epoch), no progress bar. What the template's
+    start-up, steps and epochs are compared with, besides the hand-written loop: like with like, so that the gap shown
+    is the template's own work (its curves, its checkpoints' fsync, its provenance)."""
     import lightning as L
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.loggers import TensorBoardLogger
 
     spec = torch.load(spec_path, weights_only=True)
     data, task, net = spec["data"], spec["model"], spec["net"]
@@ -357,9 +361,13 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
     }
     model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names,
                        **{**task["init_args"], **recipe})  # fmt: skip
-    flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": scratch or None, "logger": False,
-             "callbacks": [_clock(marks)], "enable_checkpointing": False, "enable_progress_bar": False,
-             "enable_model_summary": False}  # fmt: skip
+    Path(scratch or ROOT / "benchmarks" / "results" / "logs").mkdir(parents=True, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="bench-lightning-", dir=scratch or ROOT / "benchmarks" / "results" / "logs")
+    best = ModelCheckpoint(dirpath=root, filename="best", monitor=model.monitor, mode=model.mode, save_last=True)
+    flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": root,
+             "logger": TensorBoardLogger(root, name="bench", default_hp_metric=False),
+             "callbacks": [_clock(marks), best, LearningRateMonitor(logging_interval="step")],
+             "enable_progress_bar": False}  # fmt: skip
     if spec.get("limit"):
         flags["limit_train_batches"] = spec["limit"]
     trainer = L.Trainer(**flags)

@@ -19,7 +19,7 @@ def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:
     bench.write_spec(DIGITS, "default", 2, tmp_path / "spec.pt")  # the loop's data and recipe, from the template
     reference = bench.run_reference(tmp_path / "spec.pt")
     template = bench.run_template(DIGITS, "default", epochs=2, save_dir=str(tmp_path))
-    bare = bench.run_lightning(tmp_path / "spec.pt", scratch=str(tmp_path))  # built by hand, no callbacks
+    bare = bench.run_lightning(tmp_path / "spec.pt", scratch=str(tmp_path))  # built by hand, Lightning's callbacks
     assert reference["steps_per_epoch"] == template["steps_per_epoch"] == bare["steps_per_epoch"] == 20
     # Same network, init, data order, optimizer, schedule, clipping and dropout draws: the same model.
     assert template["val_metric"] == reference["val_metric"] == bare["val_metric"]
@@ -30,6 +30,10 @@ def test_reference_loop_and_template_do_the_same_work(tmp_path: Path) -> None:
     assert len(reference["epoch_fixed_ms"]) == len(template["epoch_fixed_ms"]) == 1
     # last.ckpt at both epoch ends, best.ckpt at the first and again if val/acc improved
     assert 3 <= len(template["saves"]) <= 4 and all(save["mb"] > 0 for save in template["saves"])
+    # Bare Lightning carries the same logging and checkpointing (so the per-epoch gap is the template's own work).
+    (root,) = tmp_path.glob("bench-lightning-*")
+    assert {p.name for p in root.glob("*.ckpt")} == {"best.ckpt", "last.ckpt"}
+    assert list(root.glob("bench/version_0/events.out.tfevents.*"))
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import socket
@@ -40,9 +41,25 @@ def now() -> str:
 
 
 def installed_packages() -> str:
-    """``pip freeze``'s content (name==version, sorted), read from the installed metadata without starting pip."""
-    lines = {f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions() if d.metadata["Name"]}
-    return "\n".join(sorted(lines, key=str.lower)) + "\n"
+    """``pip freeze``'s content (name==version, names normalized as pip compares them, sorted) without starting pip:
+    read from the names of the ``<name>-<version>.dist-info`` folders on ``sys.path``, as an import finds them (the
+    first wins). Reading every package's metadata instead costs ~0.5 s per run, seconds on a cold disk."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:  # a zip file or a missing folder on the path
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                project, _, version = name.removesuffix(".dist-info").partition("-")
+            elif name.endswith(".egg-info") and os.path.isdir(os.path.join(entry or ".", name)):  # a legacy install
+                legacy = importlib.metadata.PathDistribution(Path(entry or ".", name))
+                project, version = legacy.metadata["Name"] or "", legacy.version
+            else:
+                continue
+            found.setdefault(re.sub(r"[-_.]+", "-", project).lower(), version)
+    return "".join(f"{project}=={version}\n" for project, version in sorted(found.items()) if project)
 
 
 def versions() -> dict[str, Any]:
