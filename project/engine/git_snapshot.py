@@ -25,16 +25,16 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def git_state(repo: Path, patch_path: Path) -> dict[str, Any]:
     """The commit of ``repo``, whether its tree is dirty, and if so the uncommitted diff written to ``patch_path``
     (tracked changes, then untracked files not ignored by .gitignore, as new files)."""
-    try:
-        head = _git(repo, "rev-parse", "HEAD")
+    try:  # one call: the commit, the branch and every change (git >= 2.11)
+        status = _git(repo, "status", "--porcelain=v2", "--branch")
     except (OSError, subprocess.TimeoutExpired) as err:
         return {"commit": None, "note": f"git is not available ({err.__class__.__name__})"}
-    if head.returncode != 0:
+    lines = status.stdout.splitlines()
+    headers = dict(line[2:].partition(" ")[::2] for line in lines if line.startswith("# "))
+    if status.returncode != 0 or headers.get("branch.oid", "(initial)") == "(initial)":
         return {"commit": None, "note": f"{repo} is not a git checkout: no commit recorded"}
-    status = _git(repo, "status", "--porcelain").stdout
-    state: dict[str, Any] = {"commit": head.stdout.strip(), "dirty": bool(status.strip())}
-    branch = _git(repo, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
-    state["branch"] = branch
+    dirty = any(not line.startswith("# ") for line in lines)
+    state: dict[str, Any] = {"commit": headers["branch.oid"], "dirty": dirty, "branch": headers.get("branch.head")}
     if not state["dirty"]:
         return state
     patch = _git(repo, "diff", "HEAD", "--binary").stdout
