@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import yaml
 from conftest import DIGITS, fit, scalars, warmup_cosine
 from lightning.pytorch.plugins import MixedPrecision
+from lightning.pytorch.utilities.model_summary import get_human_readable_count, summarize
 from probes import InfGradAt, Recorder
 from toy import Classifier, ConvNet, Digits
 
@@ -151,6 +152,19 @@ def test_each_evaluation_batchs_outputs_and_targets_reach_the_callbacks(tmp_path
               "--trainer.callbacks+=probes.EvalOutputs")  # fmt: skip
     probe = next(cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EvalOutputs")
     assert probe.seen == [("val", True, True)] * 3 + [("test", True, True)] * 2
+
+
+def test_lightnings_model_summary_counts_the_flops_of_one_input(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    # Lightning's summary counts FLOPs by forwarding the task's example_input_array (0 without one). The closed form
+    # for an MLP: 2 x inputs x outputs per linear layer and sample (FlopCounterMode counts a multiply-add as 2).
+    hidden = 16
+    cli = fit(tmp_path, "--model.net=toy.MLP", f"--model.net.hidden={hidden}", "--trainer.max_steps=2",
+              "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
+    features, classes = math.prod(cli.datamodule.input_shape), len(cli.datamodule.target_names)
+    closed_form = 2 * (features * hidden + hidden * classes)
+    assert cli.model.example_input_array.shape == (1, *cli.datamodule.input_shape)
+    assert summarize(cli.model).total_flops == closed_form
+    assert f"Total FLOPs: {get_human_readable_count(closed_form)}" in capfd.readouterr().out
 
 
 def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recorder:

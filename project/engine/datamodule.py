@@ -99,8 +99,7 @@ class DataModule(L.LightningDataModule):
     # ---- what a subclass provides -------------------------------------------------------------------------------
 
     @property
-    def num_outputs(self) -> int:
-        """The net's outputs: one per class, or one per value."""
+    def num_outputs(self) -> int:  # the net's outputs: one per class, or one per value
         return len(self.target_names)
 
     def load_dataset(self) -> Dataset:
@@ -205,8 +204,9 @@ class DataModule(L.LightningDataModule):
         return standardized(x, *self._norm_tensors)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        x, y = batch
-        return self.normalize(x), y
+        if isinstance(batch, Tensor):  # inputs alone: the task's example_input_array, for the model summary
+            return self.normalize(batch)
+        return self.normalize(batch[0]), batch[1]
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"

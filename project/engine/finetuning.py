@@ -33,6 +33,13 @@ def backbone_of(net: nn.Module) -> nn.Module:
     return backbone
 
 
+def finetuned_backbone(task: Any) -> nn.Module | None:
+    """The backbone that trains in groups of its own (frozen, or at its own LR scale); None if it trains as the rest."""
+    hparams = task.hparams
+    finetuned = hparams.get("freeze_backbone", False) or hparams.get("backbone_lr_scale", 1.0) != 1.0
+    return backbone_of(task.net) if finetuned else None
+
+
 def frozen_in(freeze_backbone: bool | int, epoch: int) -> bool:
     """Whether ``model.freeze_backbone`` freezes the backbone during ``epoch`` (0-based)."""
     return freeze_backbone is True or (freeze_backbone is not False and epoch < freeze_backbone)

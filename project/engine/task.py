@@ -37,8 +37,7 @@ Batch = tuple[Tensor, Tensor]
 
 
 class Task(L.LightningModule):
-    """A problem around any ``net``, trained with the config's optimizer and schedule. Subclass it (the module
-    docstring lists what a task declares); ``training_step`` and the evaluation steps may be overridden too."""
+    """A problem around any ``net``: the module docstring lists what a subclass declares; steps may be overridden."""
 
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
@@ -148,6 +147,10 @@ class Task(L.LightningModule):
         # Set by Lightning, it makes torch's CUDA build dlopen NVML every optimizer step of a CPU run: none needs it.
         if self.trainer.strategy.root_device.type == "cpu":
             os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        # One validation input: Lightning's summary forwards it to count FLOPs (else 0); a compiled net would recompile.
+        data: Any = getattr(self.trainer, "datamodule", None)
+        if stage == "fit" and not self.hparams.get("compile") and hasattr(data, "split_tensors"):
+            self.example_input_array = self.trainer.precision_plugin.convert_input(data.split_tensors("val", 1)[0])
 
     def on_fit_start(self) -> None:
         # A fresh run only: a resumed one has restored its weights, and what it started from may be gone.
@@ -186,8 +189,7 @@ class Task(L.LightningModule):
         return loss
 
     def backward(self, loss: Tensor, *args: Any, **kwargs: Any) -> None:
-        # ---- the step's loss scaling (project/engine/accumulation.py) --------------------------------------------
-        # Here rather than in training_step, so it holds whatever a task's training_step computes.
+        # The step's loss scaling (accumulation.py), here, not in training_step: it holds whatever a task computes.
         if self.counted == "tokens" and self._window_tokens is not None:
             if accumulation.is_last_micro_batch(self.trainer):
                 loss = loss * accumulation.token_weighting(self.trainer, self, self._window_tokens).to(loss.dtype)
@@ -241,9 +243,7 @@ class Task(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         # The recipe (project/recipe.py); a fine-tuned backbone has groups of its own all run long (frozen: no grads).
-        finetuned = self.hparams.get("freeze_backbone", False) or self.hparams.get("backbone_lr_scale", 1.0) != 1.0
-        backbone = finetuning.backbone_of(self.net) if finetuned else None
-        groups = recipe.param_groups(self, backbone, self.hparams["backbone_lr_scale"])
+        groups = recipe.param_groups(self, finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"])
         optimizer = recipe.build_optimizer(self.optimizer, groups)
         total, warmup = recipe.planned_run(self.trainer, self.hparams["warmup"])
         scheduler = self.schedule(optimizer, total, warmup)

@@ -41,6 +41,7 @@ class Segmenter(Task):
         super().__init__(**engine)
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         datamodule = self.trainer.datamodule  # type: ignore[attr-defined]
         theirs = getattr(datamodule, "ignore_index", self.ignore_index)  # checked where the DataModule declares one
         if theirs != self.ignore_index:
