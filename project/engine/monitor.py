@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.distributed.tensor import DTensor
 
+from project.engine.accumulation import is_last_micro_batch
 from project.engine.metrics import IGNORE_INDEX
 
 
@@ -105,8 +106,8 @@ class TrainingMonitor(L.Callback):
             self._tokens = self._tokens + (batch[1] != IGNORE_INDEX).sum()  # on the device: read once per window
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
-        # Private: Lightning's own "does this micro-batch end its window" (no public way: Lightning #19987, #21808).
-        if every <= 0 or trainer.fit_loop.epoch_loop._should_accumulate() or trainer.global_step % every != 0:
+        # After an optimizer step's last micro-batch only (its private read: accumulation.py).
+        if every <= 0 or not is_last_micro_batch(trainer) or trainer.global_step % every != 0:
             return
         elapsed = max(now - self._window_start, 1e-9)
         loader_wait = getattr(trainer.train_dataloader, "wait_seconds", None)
