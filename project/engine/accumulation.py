@@ -30,7 +30,7 @@ def token_weighting(trainer: L.Trainer, module: nn.Module, window_tokens: Tensor
     tokens = trainer.strategy.reduce(window_tokens, reduce_op="sum")  # one collective per step
     scale = trainer.accumulate_grad_batches * trainer.world_size / tokens.clamp_min(1).double()
     grads = [p.grad for p in module.parameters() if p.grad is not None]
-    if grads:
+    if grads:  # Private: torch's multi-tensor op, public only as torch.foreach (pytorch #58833, #193607).
         torch._foreach_mul_(grads, scale.to(grads[0].dtype))
     return scale
 

@@ -195,6 +195,8 @@ def _write_once_params(tracker: Any) -> None:
     log_hyperparams = tracker.log_hyperparams
 
     def log_new_params(params: Any) -> None:
+        # Private: the keys MLFlowLogger logs are made by these two (no public way; Lightning #19889, #17830); the
+        # tracker resume test fails if they change.
         from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 
         flat = _flatten_dict(_convert_params(params))
