@@ -318,6 +318,14 @@ class JitteredDigits(Digits):
         return _Jittered(train), val, test
 
 
+class UnpackingDigits(Digits):
+    """Digits whose ``on_after_batch_transfer`` unpacks (inputs, targets), as a GPU augmentation written there would."""
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        x, y = super().on_after_batch_transfer(batch, dataloader_idx)
+        return x, y
+
+
 class Snapshots(L.Callback):
     """The net's state_dict (copies) at the start of training and at the end of every training epoch, in
     ``Snapshots.taken``: {"start": ..., 0: ..., 1: ...}. Class-level: the CLI builds the callback from its class

@@ -167,6 +167,14 @@ def test_lightnings_model_summary_counts_the_flops_of_one_input(tmp_path: Path, 
     assert f"Total FLOPs: {get_human_readable_count(closed_form)}" in capfd.readouterr().out
 
 
+def test_a_datamodule_hook_that_unpacks_inputs_and_targets_gets_no_example_input(tmp_path: Path) -> None:
+    # Lightning's summary passes the example input alone through on_after_batch_transfer: a DataModule whose own
+    # hook unpacks (inputs, targets), as a GPU augmentation there would, must train as before, without one.
+    cli = fit(tmp_path, "--data=probes.UnpackingDigits", "--trainer.max_steps=2", "--trainer.limit_val_batches=1",
+              "--trainer.limit_test_batches=1")  # fmt: skip
+    assert cli.trainer.global_step == 2 and cli.model.example_input_array is None
+
+
 def _accumulation_run(tmp_path: Path, batch_size: int, accumulate: int) -> Recorder:
     cli = fit(
         tmp_path,

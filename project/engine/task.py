@@ -7,8 +7,7 @@ A task (``project/tasks/``) subclasses ``Task`` and declares:
 - ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``);
 - ``counted``: what its loss averages over: ``"samples"``, or ``"tokens"`` (a loss per position, where a target of
   ``IGNORE_INDEX`` counts for nothing), weighted by token over the whole optimizer step;
-- ``class_dim``: where a class-scored output keeps its classes (1: (batch, classes, ...); -1: (batch, positions,
-  vocabulary));
+- ``class_dim``: where a class-scored output keeps its classes (1: (batch, classes, ...); -1: (batch, ..., classes));
 - ``loss(outputs, targets)``: unreduced, per sample or per token; ``configure_metrics()``: a ``MetricCollection``
   logged as ``val/<name>`` and ``test/<name>`` once per epoch (``update_metrics`` feeds it);
 - what a prediction is (``prediction``, ``prediction_table``, ``write_prediction_files``), what follows the net in
@@ -28,6 +27,7 @@ from torchmetrics import MeanMetric, MetricCollection
 
 from project import recipe
 from project.engine import accumulation, checkpoints, finetuning, monitored, rng, sharding
+from project.engine.datamodule import DataModule
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
 from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
 from project.engine.monitor import is_logging_step
@@ -149,7 +149,8 @@ class Task(L.LightningModule):
             os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         # One validation input: Lightning's summary forwards it to count FLOPs (else 0); a compiled net would recompile.
         data: Any = getattr(self.trainer, "datamodule", None)
-        if stage == "fit" and not self.hparams.get("compile") and hasattr(data, "split_tensors"):
+        engine_hook = getattr(type(data), "on_after_batch_transfer", None) is DataModule.on_after_batch_transfer
+        if stage == "fit" and engine_hook and not self.hparams.get("compile"):  # yours may unpack (inputs, targets)
             self.example_input_array = self.trainer.precision_plugin.convert_input(data.split_tensors("val", 1)[0])
 
     def on_fit_start(self) -> None:
@@ -207,8 +208,7 @@ class Task(L.LightningModule):
         return {"outputs": outputs, "targets": y}
 
     def log_epoch(self, stage: str, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
-        """The stage's loss and metrics, once per epoch (Lightning syncs and resets them then; logging every batch would
-        cost ~0.8 ms each). A task adds an epoch's own figures here, calling ``super()``."""
+        """The stage's loss and metrics, once per epoch (Lightning syncs and resets them); a task adds its own here."""
         self.log(f"{stage}/loss", loss_metric, prog_bar=self.monitor == f"{stage}/loss")
         for name, metric in metrics.items(keep_base=False):
             self.log(name, metric, prog_bar=name == self.monitor)
