@@ -361,8 +361,9 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
     }
     model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names,
                        **{**task["init_args"], **recipe})  # fmt: skip
-    Path(scratch or ROOT / "benchmarks" / "results" / "logs").mkdir(parents=True, exist_ok=True)
-    root = tempfile.mkdtemp(prefix="bench-lightning-", dir=scratch or ROOT / "benchmarks" / "results" / "logs")
+    parent = Path(scratch or ROOT / "benchmarks" / "results" / "logs")
+    parent.mkdir(parents=True, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="bench-lightning-", dir=parent)
     best = ModelCheckpoint(dirpath=root, filename="best", monitor=model.monitor, mode=model.mode, save_last=True)
     flags = {**spec["trainer"], "max_epochs": spec["epochs"], "default_root_dir": root,
              "logger": TensorBoardLogger(root, name="bench", default_hp_metric=False),

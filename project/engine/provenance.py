@@ -45,16 +45,16 @@ def installed_packages() -> str:
     read from the names of the ``<name>-<version>.dist-info`` folders on ``sys.path``, as an import finds them (the
     first wins). Reading every package's metadata instead costs ~0.5 s per run, seconds on a cold disk."""
     found: dict[str, str] = {}
-    for entry in sys.path:
+    for folder in (entry or "." for entry in sys.path):
         try:
-            names = sorted(os.listdir(entry or "."))
+            names = sorted(os.listdir(folder))
         except OSError:  # a zip file or a missing folder on the path
             continue
         for name in names:
             if name.endswith(".dist-info"):
                 project, _, version = name.removesuffix(".dist-info").partition("-")
-            elif name.endswith(".egg-info") and os.path.isdir(os.path.join(entry or ".", name)):  # a legacy install
-                legacy = importlib.metadata.PathDistribution(Path(entry or ".", name))
+            elif name.endswith(".egg-info") and os.path.isdir(os.path.join(folder, name)):  # a legacy install
+                legacy = importlib.metadata.PathDistribution(Path(folder, name))
                 project, version = legacy.metadata["Name"] or "", legacy.version
             else:
                 continue
