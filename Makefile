@@ -46,7 +46,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile mutants bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -145,7 +145,7 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
 
-check-manual: $(INSTALLED) ## the template's own checks of its manual, examples and guarantees bookkeeping (its CI runs them)
+check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
@@ -163,9 +163,6 @@ mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT
 	@echo "MLflow: http://127.0.0.1:$(MLFLOW_PORT)  (runs log there with MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT))"
 	$(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db --artifacts-destination logs/mlflow-artifacts \
 		--host 127.0.0.1 --port $(MLFLOW_PORT)
-
-mutants: $(INSTALLED) ## delete or perturb each engine mechanic in a scratch copy and run its tests: the survivors (a few minutes)
-	$(BIN)/python scripts/mutants.py $(ARGS)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)

@@ -1,5 +1,5 @@
 """The manual: README.md, then the reference pages under docs/ by name. What checks the manual reads every page
-through this (tests/test_readme.py, the guarantees table, the examples' code shown verbatim), as copier's task
+through this (tests/test_readme.py, the examples' code shown verbatim), as copier's task
 (scripts/new_project.py) cuts a left-out example out of each of these pages, so a section may move between pages
 without a checker losing it. Only the standard library."""
 

@@ -2,8 +2,8 @@
 files (the task, DataModule or net, its configs, its tests and the test overlays that select it) and the examples it
 builds on (timm needs images: its tests and configs fine-tune on an image folder). The template's copier.yml reads
 the same list to leave out the examples a new repository does not keep; deleting an example's files by hand is the
-same. What reads this list skips an example whose files are not all there: the contract suite's subjects, ``make
-mutants``, ``make bench``'s workloads. Everything not listed is the engine, the engine tests (on tests/toy.py and
+same. What reads this list skips an example whose files are not all there: the contract suite's subjects and
+``make bench``'s workloads. Everything not listed is the engine, the engine tests (on tests/toy.py and
 tests/tokens.py) and what every repository keeps: the digits, the Classifier and project/nets.py.
 
 The manual (README.md and docs/*.md: scripts/manual.py) marks the text of an example between

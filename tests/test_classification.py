@@ -55,7 +55,6 @@ def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_t
 @pytest.mark.guarantee(
     "`class_weights: balanced` weighs each sample's loss by scikit-learn's balanced weights from the training "
     "split's class counts, kept in the checkpoint; a class absent from the training split is refused",
-    unmutated="an example's own code",
 )
 def test_balanced_class_weights_are_scikit_learns_from_the_training_split() -> None:
     from types import SimpleNamespace

@@ -282,7 +282,6 @@ def _offending_ops(offends: Any, step: Any) -> set[str]:
     "a training step of each contract subject (and of `configs/default.yaml`) dispatches no op without a "
     "deterministic CUDA kernel, so `trainer.deterministic: true` cannot crash a GPU run at its first step (seen "
     "failing with bilinear upsampling in the UNet and with a mean-reduced per-pixel loss)",
-    unmutated="an example's own code",
 )
 def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject: tuple[str, ...]) -> None:
     """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on

@@ -34,7 +34,6 @@ def test_images(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.guarantee(
     "predict on the digits' own file formats (.npy, .csv, image folders) equals predict on the test split",
-    unmutated="an example's own code",
 )
 def test_predict_on_your_own_files(run: Path, test_images: tuple, tmp_path: Path) -> None:
     images, _ = test_images

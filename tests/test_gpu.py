@@ -15,7 +15,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (16-mixed runs as bf16 on CPU)"),
     pytest.mark.guarantee(
         "under loss scaling, a step with inf gradients is skipped and the scale backs off",
-        unmutated="Lightning's own",
     ),
 ]
 
@@ -26,7 +25,7 @@ def _probe(cli, kind):  # type: ignore[no-untyped-def]
     return next(cb for cb in cli.trainer.callbacks if isinstance(cb, kind))
 
 
-@pytest.mark.guarantee("the fp16 GradScaler state is checkpointed and restored on resume", unmutated="CUDA only")
+@pytest.mark.guarantee("the fp16 GradScaler state is checkpointed and restored on resume")
 def test_fp16_grad_scaler_state_is_checkpointed_and_restored(tmp_path: Path) -> None:
     cli = fit(tmp_path / "a", *FP16, configs=(DIGITS, DEBUG))
     scaler = cli.trainer.precision_plugin.scaler

@@ -43,7 +43,6 @@ def _batch(lines_csv: Path, tiny_bert: Path, n: int = 12) -> tuple[torch.Tensor,
 @pytest.mark.guarantee(
     "a Hugging Face encoder as the Classifier's net: the loss on a batch is transformers' own `outputs.loss` on the "
     "same model and data, and padding changes no text's logits (the net masks the tokenizer's pad id)",
-    unmutated="an example's own code",
 )
 def test_the_loss_is_transformers_own_and_padding_changes_nothing(lines_csv: Path, tiny_bert: Path) -> None:
     from transformers import AutoModelForSequenceClassification
@@ -76,7 +75,6 @@ def test_the_loss_is_transformers_own_and_padding_changes_nothing(lines_csv: Pat
     "a model that is not a local directory nor in the local Hugging Face cache is refused in one sentence naming "
     "the key (nothing is downloaded unless asked), and a net whose pad id, size or tokenizer is not the data's is "
     "refused",
-    unmutated="an example's own code",
 )
 def test_a_missing_model_and_a_pad_id_the_data_does_not_use_are_refused(
     lines_csv: Path, tiny_bert: Path, tmp_path: Path
@@ -141,7 +139,6 @@ def _checkpoint_logits(run: Path, texts: list[str]) -> tuple[torch.Tensor, list[
 @pytest.mark.guarantee(
     "full fine-tuning of a Hugging Face encoder learns (val acc well above chance on three classes), and its export "
     "loads back into plain transformers in a fresh process with the same logits and the class names in its config",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_full_fine_tuning_learns_and_its_export_is_the_same_model_in_transformers(
@@ -168,7 +165,6 @@ def test_full_fine_tuning_learns_and_its_export_is_the_same_model_in_transformer
     "LoRA fine-tuning trains only the adapters and the head (the base's weights end as they began; the trainable "
     "count is peft's); the adapter alone, loaded by peft onto the base in a fresh process, gives the run's logits, "
     "and the merged model gives them within 1e-4 of their scale",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_lora_trains_only_the_adapters_and_exports_the_adapter_and_the_merged_model(
@@ -205,7 +201,6 @@ def test_lora_trains_only_the_adapters_and_exports_the_adapter_and_the_merged_mo
     "a LoRA run's checkpoints hold what trains (the adapters and the new head) and its optimizer state, not the "
     "frozen base, which is the pretrained model's (its path and weights' hash in provenance.json); a LoRA run "
     "resumed from such a checkpoint ends bitwise as the uninterrupted one",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_a_lora_checkpoint_holds_what_trains_and_resumes_bitwise(
@@ -248,7 +243,6 @@ def test_a_lora_checkpoint_holds_what_trains_and_resumes_bitwise(
 @pytest.mark.guarantee(
     "under LoRA the frozen base may load in bfloat16 (half its memory) while the adapters train in float32, the "
     "loss in float32; bfloat16 without LoRA (full fine-tuning in bfloat16 weights and optimizer state) is refused",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_a_bfloat16_base_under_lora_trains_float32_adapters(lines_csv: Path, tiny_bert: Path, tmp_path: Path) -> None:
@@ -288,7 +282,6 @@ def _tagged(lines_csv: Path, path: Path) -> Path:
     "multi-label text classification with a Hugging Face encoder (`data.label` a list of 0/1 tag columns, the "
     "MultiLabel task): it learns (its held-out loss well below the tags' prevalence alone), the loss on a batch is "
     "transformers' own multi-label loss, and the export says `multi_label_classification` with the tags as labels",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_multi_label_fine_tuning_learns_and_exports_as_transformers_multi_label(

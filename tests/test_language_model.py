@@ -46,13 +46,11 @@ def _corpus_with_a_word_only_in_the_test_text(path: Path, text_corpus: Path) -> 
 @pytest.mark.guarantee(
     "`data.tokenizer=bpe` is learned from the training range alone (a word only in the test text gets no token); "
     "the splits, each encoded on its own, decode back to the corpus; the vocabulary alone decodes",
-    unmutated="an example's own code",
 )
 @pytest.mark.guarantee(
     "`val/bpb` is the split's summed next-token loss in bits over the bytes of text its predicted tokens stand for "
     "(a byte 1, a BPE token its bytes, `<|endoftext|>` none), for bytes and a BPE alike, so it compares runs of "
     "different tokenizers; a split's tokens stand for exactly its text's bytes",
-    unmutated="an example's own code",
 )
 def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp_path: Path, text_corpus: Path) -> None:
     """A BPE learned on the whole corpus would merge the test text's one word, repeated 300 times, into a token
@@ -86,7 +84,6 @@ def test_the_bpe_is_learned_from_the_training_text_alone_and_decodes_exactly(tmp
     "`val/bpb` is the split's summed next-token loss in bits over the bytes of text its predicted tokens stand for "
     "(a byte 1, a BPE token its bytes, `<|endoftext|>` none), for bytes and a BPE alike, so it compares runs of "
     "different tokenizers; a split's tokens stand for exactly its text's bytes",
-    unmutated="an example's own code",
 )
 @pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
 def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
@@ -131,7 +128,6 @@ def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
     "a prompt file is read as `model.json` says (`input.prompt`: `<|endoftext|>` first, the last `block_size` ids "
     "kept; `input.tokenizer_json`), so a program feeding the exported model builds the ids predict builds; a blank "
     "prompt is refused, naming its line",
-    unmutated="an example's own code",
 )
 def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_path: Path, text_corpus: Path) -> None:
     """What model.json tells a user of the exported model (the prefix, the ids kept, the tokenizer) is what predict
@@ -159,7 +155,6 @@ def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_pat
 @pytest.mark.guarantee(
     "a BPE run's tokenizer travels with the run: in the checkpoint (its copied run directory predicts on prompts "
     "without the corpus, as the run did) and as `tokenizer.json`, which Hugging Face `tokenizers` loads",
-    unmutated="an example's own code",
 )
 def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_path: Path, text_corpus: Path) -> None:
     """The BPE travels with the run: in the checkpoint (predict on prompts reads no corpus) and as the run's

@@ -274,7 +274,6 @@ def _fp16_scaled_fit(clip: float | None, *extra: L.Callback) -> tuple[Recorder, 
 
 @pytest.mark.guarantee(
     "under loss scaling, clipping bounds the true gradient norm; without clipping gradients are untouched",
-    unmutated="Lightning's own",
 )
 @pytest.mark.slow
 def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
@@ -295,7 +294,6 @@ def test_clipping_under_fp16_loss_scaling_acts_on_true_gradients() -> None:
 
 @pytest.mark.guarantee(
     "under loss scaling, a step with inf gradients is skipped and the scale backs off",
-    unmutated="Lightning's own",
 )
 @pytest.mark.slow
 def test_a_step_with_inf_gradients_is_skipped_under_loss_scaling() -> None:
@@ -310,7 +308,6 @@ def test_a_step_with_inf_gradients_is_skipped_under_loss_scaling() -> None:
 
 @pytest.mark.guarantee(
     "`32-true`, `bf16-mixed`, `16-mixed`, `bf16-true` each learn (train loss halves in 30 steps)",
-    unmutated="Lightning's own",
 )
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed", "bf16-true"])

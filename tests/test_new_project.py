@@ -126,17 +126,17 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
 
 
 @pytest.mark.guarantee(
-    "a repository from `make new-project` passes its own tests of its configs, manual, guarantees and examples "
+    "a repository from `make new-project` passes its own tests of its configs, manual and examples "
     "with the template's package unimportable"
 )
 def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> None:
-    # Its configs (every class path), its CLI as a process (`-m churn`), its manual's modules and its guarantees,
+    # Its configs (every class path), its CLI as a process (`-m churn`), and its manual's modules,
     # with this interpreter (its .venv is the user's to make: make install), in which the template's own package
     # is installed: a stub first on the path makes importing it an error, so nothing renamed is missed.
     stub = tmp_path / "blocked" / PACKAGE
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text(f"raise ImportError('the template\\'s package {PACKAGE} was imported')\n")
-    tests = ["tests/test_config.py", "tests/test_repo_habits.py", "tests/test_guarantees.py", "tests/test_readme.py",
+    tests = ["tests/test_config.py", "tests/test_repo_habits.py", "tests/test_readme.py",
              "tests/test_shipped_examples.py"]  # fmt: skip
     skipped = "not precision and not debug_overlay and not compiled and not every_command"
     if (churn / "tests" / "test_regression.py").is_file():  # every example: its configs parse; the CLI process and

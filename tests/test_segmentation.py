@@ -29,7 +29,6 @@ pytestmark = [
         "refused in one sentence naming the file, exit 2, no run directory; the UNet's outputs per pixel for any "
         "size divisible by 2**depth, independent of the batch; `predict` writes one mask per input at its size, "
         "the argmax of the model's outputs; the export outputs per-pixel logits named in `model.json`",
-        unmutated="an example's own code",
     ),
 ]
 

@@ -34,7 +34,6 @@ def _given(chats: Path, model: Path) -> tuple[str, ...]:
     "SFT counts the assistant's tokens only, each answer's end-of-turn token included (so generation learns to "
     "stop), found for a chat template without generation markers; a chat left with no assistant token (truncated "
     "away) is refused in one sentence naming its row",
-    unmutated="an example's own code",
 )
 def test_only_the_assistants_tokens_count_with_their_end_of_turn(tiny_chat: Path) -> None:
     from transformers import AutoTokenizer
@@ -55,7 +54,6 @@ def test_only_the_assistants_tokens_count_with_their_end_of_turn(tiny_chat: Path
 @pytest.mark.guarantee(
     "SFT's loss on a batch (padded chats of different lengths) is transformers' own `outputs.loss` on the same "
     "model and labels, to float32 rounding: the token-weighted mean over the assistant's tokens",
-    unmutated="an example's own code",
 )
 def test_the_loss_is_transformers_own_on_a_padded_batch(tiny_chat: Path, chats_jsonl: Path) -> None:
     from transformers import AutoModelForCausalLM
@@ -84,7 +82,6 @@ def test_the_loss_is_transformers_own_on_a_padded_batch(tiny_chat: Path, chats_j
     "SFT through the CLI learns the chats (the validation loss falls), greedy predict on prompts answers as "
     "transformers' own `generate` does with the same weights, and the export loads back into transformers with "
     "the run's logits",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_sft_learns_predicts_as_transformers_generates_and_exports(
@@ -125,7 +122,6 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
     "SFT on 2 DDP processes x 4 chats gets the gradient of 1 process x 8 (every optimizer step: the assistant's "
     "tokens weigh the same whichever process holds them, the prompts' masked tokens count for nothing), to the "
     "float32 rounding transformers' norms and RoPE bound",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_two_processes_get_the_one_process_gradient_on_chats(
@@ -167,7 +163,6 @@ def _assert_the_one_process_gradient(one: dict, ranks: list[dict]) -> None:
     "a chat row that is not one is refused in one sentence naming its row and turn: a turn without text (missing or "
     "null), a role that is none of system/user/assistant/tool, an empty answer; never a traceback, never a silent "
     "'None' learnt as an answer",
-    unmutated="an example's own code",
 )
 def test_a_malformed_chat_is_refused_naming_its_row_and_turn() -> None:
     from project.data.chat import messages_of
@@ -191,7 +186,6 @@ def test_a_malformed_chat_is_refused_naming_its_row_and_turn() -> None:
     "SFT's first optimizer steps are a plain transformers + PyTorch loop's, bitwise: from the same pretrained model "
     "and chats in the same seeded order, with the loss as the task computes it (the assistant's summed token losses "
     "times one over their count), AdamW, the warmup+cosine LR per step and clipping at 1.0, every weight is equal",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_the_first_steps_are_a_plain_transformers_loops_bitwise(
@@ -239,7 +233,6 @@ def test_the_first_steps_are_a_plain_transformers_loops_bitwise(
 @pytest.mark.guarantee(
     "fine-tuning starts from the pretrained weights: SFT from a model pretrained (here, in the test) on other chats "
     "of the kind reaches a lower held-out loss than the same model from its untrained weights, on the same budget",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_fine_tuning_a_pretrained_model_beats_the_same_model_from_scratch(
@@ -287,7 +280,6 @@ def test_fine_tuning_a_pretrained_model_beats_the_same_model_from_scratch(
     "blocks, only the adapters train and are checkpointed, and the export merges the adapter into the base "
     "reloaded in bfloat16, whose logits are peft's adapter on that base to bfloat16 rounding; without LoRA it is "
     "refused",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
@@ -333,7 +325,6 @@ def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
     "full fine-tuning of a Hugging Face model under FSDP2 (configs/fsdp.yaml) shards the blocks the model names "
     "(`_no_split_modules`) and keeps tied embeddings whole: 2 processes x 4 chats get the gradient of 1 process x 8 "
     "at every optimizer step, to float32 rounding",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gradient(
@@ -366,7 +357,6 @@ def test_fsdp_shards_the_models_blocks_and_two_processes_get_the_one_process_gra
     "packed chats (data.pack) are computed as if alone: in a block of several chats each position's logits are that "
     "chat's own, in train and eval mode (positions restart per chat and no token attends to another chat's), so a "
     "packed batch's token-weighted loss and gradient are those of the same chats unpacked, to float32 rounding",
-    unmutated="an example's own code",
 )
 def test_packed_chats_are_computed_as_if_alone(tiny_chat: Path, chats_jsonl: Path) -> None:
     from project.data import ChatDataModule
@@ -417,7 +407,6 @@ def test_packed_chats_are_computed_as_if_alone(tiny_chat: Path, chats_jsonl: Pat
 @pytest.mark.guarantee(
     "chats are tokenised once: a later run on the same chats, tokenizer and max_length reads them back from the "
     "cache beside the file, equal to tokenising them again; other chats or another max_length are tokenised anew",
-    unmutated="an example's own code",
 )
 def test_tokenised_chats_are_read_back_from_the_cache_beside_the_file(
     tiny_chat: Path, chats_jsonl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -70,7 +70,6 @@ def _write(folder: Path, columns: dict[str, list]) -> Path:
     "a table's categories and imputed values (medians, missing indicators) come from the training split alone; the "
     "same table as Parquet gives the same inputs bit for bit; an unseen category at predict encodes as none and is "
     "counted",
-    unmutated="an example's own code",
 )
 def test_categories_and_missing_values_are_learned_from_the_training_split_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

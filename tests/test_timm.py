@@ -25,7 +25,6 @@ def _run(save_dir: Path) -> Path:
     "a timm backbone starts from a local weights file (its tensors equal the file's, the classifier left out), "
     "normalises with its pretraining statistics unless `data.normalize: train`, and exports to ONNX and "
     "torch.export with parity",
-    unmutated="an example's own code",
 )
 @pytest.mark.slow
 def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_statistics(
@@ -82,7 +81,6 @@ def test_weights_asked_of_timm_but_not_in_the_local_cache_say_what_to_fetch(
 @pytest.mark.guarantee(
     "`configs/sweeps/finetune.yaml` searches `model.backbone_lr_scale`: every searched key parses at both ends of "
     "its range",
-    unmutated="an example's own code",
 )
 def test_the_fine_tuning_sweep_searches_the_backbone_lr_multiplier(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("optuna")
