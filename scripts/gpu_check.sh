@@ -3,8 +3,8 @@
 # template's fits in fp32, bf16-mixed, and bf16-mixed with a compiled net, then the GPU report of all of it
 # (benchmarks/gpu_report.py: two tables to paste into an issue, and <out>/gpu-<time>.json).
 # Usage: scripts/gpu_check.sh          (after `make install`)
-#        scripts/gpu_check.sh --cpu    every command of it, tiny and on the CPU: `make test` runs this, so a renamed
-#                                      flag, workload or config fails a test here rather than on your first GPU.
+#        scripts/gpu_check.sh --cpu    every command of it, tiny and on the CPU: `make check-manual` runs this, so a
+#                                      renamed flag, workload or config fails a check rather than your first GPU.
 # GPU_CHECK_OUT (default benchmarks/results) and GPU_CHECK_LOGS (default logs) say where it writes; PYTHON_BIN which
 # interpreter runs it (default .venv/bin/python); GPU_CHECK_CONFIG the run it measures (default configs/default.yaml;
 # the tests pin their own, so that a default of yours changes none of them).

@@ -1,5 +1,6 @@
 """scripts/gpu_check.sh, the first thing to run on a GPU workstation, in its CPU mode: every command it runs on a
-GPU (the gpu-marked tests, the bench, the fits over configs/gpu.yaml) runs here, tiny, so it cannot rot unseen."""
+GPU (the gpu-marked tests, the bench, the fits over configs/gpu.yaml) runs here, tiny, so it cannot rot unseen.
+The template's own tooling, like the commands its manual shows: `make check-manual` runs it, not `make test`."""
 
 import json
 import os
@@ -16,7 +17,7 @@ from conftest import DIGITS, PYTHONPATH, ROOT, scratch_dir, wait_or_kill
     "back from the check's runs and the bench, a row per fit and per workload, the JSON file); its GPU-only branch "
     "names only workloads the bench has"
 )
-@pytest.mark.slow
+@pytest.mark.manual
 def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON_BIN": sys.executable, "GPU_CHECK_OUT": str(tmp_path / "results"),
            "GPU_CHECK_LOGS": str(tmp_path / "logs"), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
