@@ -21,7 +21,8 @@
   ``configs/tasks/segmentation.yaml`` (what ``SegmentationFolderDataModule`` reads);
 - tiny-bert: a tiny BERT with random weights and a WordPiece tokenizer learned from the lines, saved as a
   pretrained model is, for ``configs/tasks/hf_text_classification.yaml`` offline (with the ``hf`` extra).
-The tests use the same functions with small sizes.
+It writes the data of the examples this repository has (scripts/shipped_examples.json); the tests use the
+same functions with small sizes.
 """
 
 import argparse
@@ -261,31 +262,44 @@ def write_tiny_chat_model(
 
 
 def main(argv: list[str] | None = None) -> None:
+    from shipped_examples import present  # beside this file
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="folder to write images/, segmentation/ and the CSV files into")
     parser.add_argument("--per-class", type=int, default=200)
     parser.add_argument("--size", type=int, default=32)
     args = parser.parse_args(argv)
-    print(f"Wrote {write_shapes(Path(args.out) / 'images', args.per_class, args.size)}/")
-    print(f"Wrote {write_breast_cancer(Path(args.out) / 'table.csv')}")
-    print(f"Wrote {write_diabetes(Path(args.out) / 'regression.csv')}")
-    print(f"Wrote {write_tags(Path(args.out) / 'tags.csv')}")
-    print(f"Wrote {write_lines(Path(args.out) / 'lines.csv')}")
-    print(f"Wrote {write_segmentation(Path(args.out) / 'segmentation', size=args.size)}/")
+    out = Path(args.out)
+    # Only the data of the examples this repository has (make new-project KEEP=... leaves the others out).
+    writers = {
+        "images": lambda: f"{write_shapes(out / 'images', args.per_class, args.size)}/",
+        "table": lambda: write_breast_cancer(out / "table.csv"),
+        "regression": lambda: write_diabetes(out / "regression.csv"),
+        "multilabel": lambda: write_tags(out / "tags.csv"),
+        "text_classification": lambda: write_lines(out / "lines.csv"),
+        "segmentation": lambda: f"{write_segmentation(out / 'segmentation', size=args.size)}/",
+    }
+    for example, write in writers.items():
+        if present(example):
+            print(f"Wrote {write()}")
+    if not (present("hf") or present("sft")):
+        return
     try:  # the hf extra's
         import transformers  # noqa: F401
     except ImportError:
-        print("(data/tiny-bert not written: it needs the hf extra, pip install -e '.[hf]')")
-    else:
-        with open(Path(args.out) / "lines.csv", encoding="utf-8") as f:
+        print("(data/tiny-bert and data/tiny-chat not written: they need the hf extra, pip install -e '.[hf]')")
+        return
+    if present("hf"):
+        with open(out / "lines.csv", encoding="utf-8") as f:  # hf builds on text_classification: lines.csv is there
             texts = [row["text"] for row in csv.DictReader(f)]
-        print(f"Wrote {write_tiny_encoder(Path(args.out) / 'tiny-bert', texts)}/")
-        chats = write_chats(Path(args.out) / "chats.jsonl")
-        prompts = Path(args.out) / "prompts.txt"  # for make predict INPUT=...: a user turn per line
+        print(f"Wrote {write_tiny_encoder(out / 'tiny-bert', texts)}/")
+    if present("sft"):
+        chats = write_chats(out / "chats.jsonl")
+        prompts = out / "prompts.txt"  # for make predict INPUT=...: a user turn per line
         prompts.write_text("Spell tiger backwards.\nWrite garden in capitals.\nHow many letters are in planet?\n")
         print(f"Wrote {chats} and {prompts}")
         # 64 wide: QLoRA's 4-bit blocks (bitsandbytes) hold 64 weights along a layer's inputs.
-        tiny_chat = write_tiny_chat_model(Path(args.out) / "tiny-chat", chats.read_text().splitlines(), width=64)
+        tiny_chat = write_tiny_chat_model(out / "tiny-chat", chats.read_text().splitlines(), width=64)
         print(f"Wrote {tiny_chat}/")
 
 

@@ -2,6 +2,7 @@
 code names it, only the examples kept, one commit, and its tests pass there. On a scratch git copy of this checkout
 (copier reads a template from git), never the checkout itself; the template's own, so a new repository has none."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -145,6 +146,18 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
               *tests, cwd=churn, env={"PYTHONPATH": str(stub.parent)})  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert re.search(r"\d+ passed", ran.stdout) and NEW in (churn / "tests" / "conftest.py").read_text()
+
+
+def test_make_example_data_writes_the_kept_examples_data_only(churn: Path, tmp_path: Path) -> None:
+    kept = kept_with_needs(re.findall(r"(?m)^- (\w+)$", (churn / ".copier-answers.yml").read_text()))
+    written = {"images": "images", "table": "table.csv", "regression": "regression.csv", "multilabel": "tags.csv",
+               "text_classification": "lines.csv", "segmentation": "segmentation"}  # fmt: skip
+    if importlib.util.find_spec("transformers"):  # the hf extra's models
+        written |= {"hf": "tiny-bert", "sft": "tiny-chat"}
+    made = run(sys.executable, "scripts/make_example_data.py", "--out", tmp_path, "--per-class", "4", cwd=churn)
+    assert made.returncode == 0, made.stderr[-2000:]
+    found = {p.name for p in tmp_path.iterdir()} - {"chats.jsonl", "prompts.txt"}
+    assert found == {name for example, name in written.items() if example in kept}, made.stdout
 
 
 @pytest.mark.guarantee(
