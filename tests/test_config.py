@@ -152,6 +152,11 @@ BAD_INPUTS = [
         "model.optimizer: LBFGS doesn't support per-parameter options (parameter groups), which the recipe uses",
     ),
     (["--model.schedule=Cosine"], "model.schedule=Cosine: no schedule has that name; give one of WarmupCosine"),
+    (
+        ["--model.optimizer=torch.optim.Adamw"],
+        "model.optimizer=torch.optim.Adamw: module 'torch.optim' has no attribute 'Adamw'; give one of ASGD,",
+    ),
+    (["--model.schedule=mine.Cosine"], "model.schedule=mine.Cosine: No module named 'mine'; give one of WarmupCosine"),
     (["--model.schedule.min_lr=1.0"], "model.schedule.min_lr=1.0: the floor must lie in [0, the optimizer's lr"),
     (["--model.schedule=WarmupStableDecay", "--model.schedule.decay_fraction=0"], "model.schedule.decay_fraction=0"),
     (

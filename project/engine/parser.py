@@ -11,6 +11,9 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from project.recipe import WarmupSchedule
 
+# --help lists the Trainer's keys but not those of the classes a config chooses (the task, its net, the DataModule).
+KEYS_HINT = "every key of a config: --print_config; of one class: --model.help <class path>"
+
 
 class Parser(LightningArgumentParser):
     """jsonargparse's parser, with its error for a bad key of a task or DataModule (classes chosen by class_path)
@@ -20,7 +23,7 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raised for a caller to handle
             super().error(condensed(message), ex)
-        print(f"error: {condensed(message)}  (--help lists every key)", file=sys.stderr)
+        print(f"error: {condensed(message)}  ({KEYS_HINT})", file=sys.stderr)
         sys.exit(2)
 
 
@@ -40,13 +43,14 @@ def condensed(message: str) -> str:
             reason = text
     given = re.search(r"Given value: NestedArg\(key='([^']+)'", message)  # the key as the command line spelled it
     name = f"{keys[0]}.{given.group(1)}" if given and keys else ".".join(keys)
+    # A recipe class that does not exist, by name (SGDD) or by a path (torch.optim.SGDD): what exists instead.
     unknown = re.fullmatch(r"- Expected a dot import path string: (.+)", reason)
-    if unknown and name.rpartition(".")[2] in _RECIPE_CLASSES:
+    missing = re.fullmatch(r"- Type .* callable class: ((?:module|No module) .+?)\. Got value: (\S+)", reason)
+    found = missing or unknown
+    if found and name.rpartition(".")[2] in _RECIPE_CLASSES:
         kind, known = _RECIPE_CLASSES[name.rpartition(".")[2]]
-        return (
-            f"{name}={unknown.group(1)}: no {kind} has that name; give one of {', '.join(known())} or the class "
-            "path of your own (my_package.module.Class)."
-        )
+        said = f"{found[2]}: {found[1]}" if found is missing else f"{found[1]}: no {kind} has that name"
+        return f"{name}={said}; give one of {', '.join(known())} or the class path of your own (my_package.Class)."
     # A bad argument of an injected class (model.optimizer.lr=abc): the class, not the whole Callable type and the
     # parsed Namespace jsonargparse names; a Literal: its choices in plain words.
     reason = re.sub(r"^Type .* expects a function or a callable class: (?:\w+: )?", "", reason)
