@@ -1,9 +1,7 @@
-"""copier's tasks after it renders this template (copier.yml's ``_tasks``, in the new repository, with copier's
-interpreter): ``check`` refuses what copier's questions cannot (a package name that would shadow a module of the
-standard library or one installed beside copier; leaving out the example configs/default.yaml selects);
-``rename`` renames the package (pyproject's ``name``: ``project`` here) wherever code names it (imports, the
-configs' class paths, ``-m``, paths into it, pyproject's name, extras and console script, the Makefile's PACKAGE,
-the notebooks, the manual's code) and cuts the left-out examples' imports and manual text. It touches only the
+"""copier's tasks after it renders this template (copier.yml's ``_tasks``, in the new repository): ``check`` refuses
+what copier's questions cannot (a package name that would shadow an importable module; leaving out the example
+configs/default.yaml selects); ``rename`` renames the package (pyproject's ``name``) wherever code names it and
+cuts the left-out examples' imports and the manual's text a repository of yours does not need. It touches only the
 files copier rendered, the same way for the same answers: `copier update` renders the old and new versions with it
 and merges your changes three ways on top. Only the standard library.
 
@@ -83,22 +81,43 @@ def _without_modules(init: Path, modules: set[str]) -> None:
     init.write_text(re.sub(r"__all__ = \[.*?\](  # fmt: skip)?", lambda _: listed, "".join(kept), flags=re.S))
 
 
-def _manual_without(pages: list[Path], removed: list[str], gone: list[str]) -> None:
-    """The manual's pages without the removed examples: their marked text; outside it, every table row and command
-    line that names one of their files (a Python file also by its name alone, or as a module)."""
+def _named(gone: list[str], removed: list[str], name: str) -> set[str]:
+    """How the manual names the template's files a repository lacks: the path; a Python file also by its name, its
+    module and its classes as the package exports them; a config also by its runs' folder (``logs/<stem>``)."""
     names = {n for f in gone for n in (f, Path(f).name if f.endswith(".py") else f)}
-    names |= {f.removesuffix(".py").replace("/", ".") for f in gone if f.endswith(".py") and not f.startswith("tests/")}
+    names |= {n for example in removed for n in shipped_examples.names(example, TEMPLATE)}
+    names |= {f"logs/{Path(f).stem}" for f in gone if f.startswith("configs/") and f.endswith(".yaml")}
+    return {rename(n, name) for n in names}
+
+
+def _manual_without(pages: list[Path], name: str, removed: list[str], gone: list[str]) -> None:
+    """The manual's pages as a repository of yours needs them: the README titled with its name; without the text
+    only the template needs (``<!-- template -->``) and the removed examples' (``<!-- example: NAME -->``); outside
+    it, without every table row that names a file it lacks, and in a code block every line that does (a line led
+    by comments: with them), and a code block left empty."""
+    names = _named(gone, removed, name)
+    named = lambda line: any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)  # noqa: E731
     for page in pages:
-        text = page.read_text()
-        for example in removed:
-            text = re.sub(rf"<!-- example: {example} -->.*?<!-- /example: {example} -->\n?", "", text, flags=re.S)
-        kept_lines, fenced = [], False
+        text = re.sub(r"\A# .*", f"# {name}", page.read_text()) if page.name == "README.md" else page.read_text()
+        for marker in ["template", *(f"example: {example}" for example in removed)]:
+            text = re.sub(rf"<!-- {marker} -->.*?<!-- /{marker} -->\n?", "", text, flags=re.S)
+        kept, block, groups = [], None, []
         for line in text.splitlines(keepends=True):
-            fenced ^= line.startswith("```")
-            table_or_code = line.startswith("|") or (fenced and not line.startswith("```"))
-            if not (table_or_code and any(re.search(rf"(?<![\w/.]){re.escape(n)}(?![\w])", line) for n in names)):
-                kept_lines.append(line)
-        page.write_text("".join(kept_lines))
+            if line.startswith("```") and block is None:
+                block, groups = line, []
+            elif line.startswith("```"):  # a block's end: its groups that name nothing it lacks, if any line is left
+                lines = [x for group in groups if not any(map(named, group)) for x in group]
+                kept += [block, *lines, line] if "".join(lines).strip() else []
+                block = None
+            elif block is not None:  # a comment line leads the lines after it; a line under no comment is alone
+                led = bool(groups) and groups[-1][0].startswith("#")
+                if not led or (line.startswith("#") and not groups[-1][-1].startswith("#")):
+                    groups.append([line])
+                else:
+                    groups[-1].append(line)
+            elif not (line.startswith("|") and named(line)):
+                kept.append(line)
+        page.write_text(re.sub(r"\n{3,}", "\n\n", "".join(kept)))
 
 
 def rename_rendered(name: str, removed: list[str], dest: Path) -> None:
@@ -116,14 +135,17 @@ def rename_rendered(name: str, removed: list[str], dest: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             source.replace(target)
         target.write_bytes(data)
-    for folder in sorted((dest / OLD).glob("**/"), reverse=True) if name != OLD else []:  # deepest first
+    # The folders only the old package's name or the left-out files held, deepest first.
+    folders = {(dest / rename(f, name)).parent for f in left_out} | set((dest / OLD).glob("**/") if name != OLD else ())
+    for folder in sorted(folders, reverse=True):
         with contextlib.suppress(OSError):  # what is left there is not ours
             folder.rmdir()
-    gone = [rename(f, name) for f in sorted(left_out)]
-    modules = {f.removesuffix(".py").replace("/", ".") for f in gone if f.startswith(f"{name}/") and f.endswith(".py")}
+    modules = {rename(f[:-3], name).replace("/", ".") for f in left_out if re.match(rf"{OLD}/.*\.py$", f)}
     for init in (dest / rename(f, name) for f in rendered if f.endswith("__init__.py")):
         _without_modules(init, modules)
-    _manual_without([dest / f for f in rendered if re.fullmatch(r"README\.md|docs/[^/]+\.md", f)], removed, gone)
+    gone = sorted(left_out | {f for f in ours if not f.startswith(".git/") and not (dest / rename(f, name)).exists()})
+    pages = [dest / f for f in rendered if re.fullmatch(r"README\.md|docs/[^/]+\.md", f)]
+    _manual_without(pages, name, removed, gone)
 
 
 def main(argv: list[str]) -> int:

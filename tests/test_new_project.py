@@ -11,6 +11,7 @@ from pathlib import Path
 
 import manual  # scripts/ (conftest puts it on the path)
 import pytest
+import shipped_examples
 from conftest import PACKAGE, ROOT
 from shipped_examples import EXAMPLES, present
 
@@ -120,6 +121,14 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
             module = file.removesuffix(".py").replace("/", ".").replace(PACKAGE, NEW, 1)
             assert f"from {module} import" not in inits
             assert not re.search(rf"\s{re.escape(Path(file).name)}\s", layout), f"the Layout lists {file}"
+    # Nor is what only the template has (making repositories: <!-- template -->, copier.yml, new_project.py), and
+    # every code block still shows something: a command or code, not only the comments of cut lines.
+    assert every_page.startswith(f"# {NEW}\n") and "<!-- template -->" not in every_page
+    assert not re.search(r"(?<![\w/.])(copier\.yml|new_project\.py)(?![\w])", layout)
+    lost = [n for name in set(EXAMPLES) - kept for n in shipped_examples.names(name, template)]
+    assert not [n for n in lost if re.search(rf"(?<![\w.]){re.escape(n.replace(PACKAGE, NEW, 1))}(?![\w])", every_page)]
+    for block in re.findall(r"(?ms)^```\w*\n(.*?)^```", every_page):
+        assert any(line.strip() and not line.startswith("#") for line in block.splitlines()), block
     for name in kept:  # what is kept stays, its text too
         assert all((churn / re.sub(rf"^{PACKAGE}/", f"{NEW}/", f)).is_file() for f in EXAMPLES[name].files)
         marker = f"<!-- example: {name} -->"
