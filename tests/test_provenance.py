@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 from conftest import DIGITS, ROOT, fit
 from probes import Crash
 
@@ -223,6 +224,16 @@ def test_make_runs_shows_the_recipes_keys_first_and_says_how_many_more_differ(lo
     assert narrow[-1] == more  # the model's keys, the trainer's, the data's
     assert table(tmp_path, max_hparams=3).splitlines()[0].split()[-4:-1] == [
         "model.optimizer.init_args.lr", "trainer.max_epochs", "data.batch_size"]  # fmt: skip
+    # Another optimizer (its own arguments, none of AdamW's) and schedule: the classes first, then what both runs
+    # have, before the arguments only one of the optimizers takes.
+    tree = yaml.safe_load(config.read_text())
+    recipe = tree["model"]["init_args"]
+    recipe["optimizer"] = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.01, "momentum": 0.9}}
+    recipe["warmup"], recipe["schedule"]["class_path"] = 3, "project.recipe.WarmupLinear"
+    config.write_text(yaml.safe_dump(tree))
+    assert table(tmp_path, max_hparams=5).splitlines()[0].split()[-6:-1] == [
+        "model.optimizer.class_path", "model.schedule.class_path", "model.optimizer.init_args.lr", "model.warmup",
+        "model.optimizer.init_args.amsgrad"]  # fmt: skip
 
 
 @pytest.mark.guarantee(

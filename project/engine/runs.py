@@ -181,10 +181,13 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
     rows = sorted((run_summary(r, logs) for r in runs), key=lambda row: row["started"])
     configs = {row["run"]: _config_values(logs / row["run"]) for row in rows}
     keys = sorted({k for c in configs.values() for k in c})
-    # The recipe first (model.*: the optimizer, its lr, the schedule, LoRA), then the trainer's, the data's, the rest.
+    # The recipe first (model.*: the optimizer, its lr, the schedule, LoRA), then the trainer's, the data's, the rest;
+    # in each, the classes, then the keys every run has: those only some runs have come with another class (an SGD
+    # run's momentum, AdamW's betas), and that class is shown.
     order = {"model": 0, "trainer": 1, "data": 2}
+    rank = lambda k: 0 if k.endswith("class_path") else 1 if all(k in c for c in configs.values()) else 2  # noqa: E731
     differ = sorted((k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1),
-                    key=lambda k: (order.get(k.partition(".")[0], 3), k))  # fmt: skip
+                    key=lambda k: (order.get(k.partition(".")[0], 3), rank(k), k))  # fmt: skip
     differing, untold = differ[:max_hparams], differ[max_hparams:]
     # The scores of the metric each run is judged by: named in the header when every run shares it.
     metrics = {row["metric"] for row in rows if row["metric"]}
