@@ -269,7 +269,9 @@ def test_overriding_a_model_hyperparameter_on_resume_is_an_error(
 
 
 @pytest.mark.slow
-def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp_path: Path) -> None:
+def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none_or_it_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # INSTALLED= : the suite's own environment; a pyproject.toml edited since make install must not reinstall it
     # (pip, unpinned) under the running suite.
     make = ["make", "--no-print-directory", "-s", "-C", str(ROOT), "resume", "INSTALLED="]
@@ -289,6 +291,18 @@ def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none(tmp
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
     assert [d.name for d in run.parent.iterdir()] == ["version_0"]
+    # Resumed to its planned end, the run is finished: resuming it again is refused, adding nothing to its record.
+    record = (run / "provenance.json").read_text()
+    again = subprocess.run([*make, f"RUN={run}"], capture_output=True, text=True, env=env, timeout=240)
+    said = f"error: {run} finished its 2 epochs (10 steps): nothing is left to resume. To train it longer, give more"
+    assert again.returncode == 2 and said in again.stderr, again.stderr[-2000:]
+    assert (run / "provenance.json").read_text() == record
+    # One that stopped early would stop again: refused too, pointing at a new run from its weights.
+    (run / "provenance.json").write_text(record.replace('"status": "finished"', '"status": "stopped early at epoch 1"'))
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert refused.value.code == 2
+    assert "stopped early at epoch 1: resumed, its early stopping would stop it again" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 refused before its first checkpoint), and a resumed run continued in its own directory."""
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ def continue_in_place(config: Any, ckpt_path: Path, checkpoint: dict[str, Any]) 
     logger = config.trainer.logger
     if not (run_dir / "config.yaml").is_file():
         return False
+    if ckpt_path.name == "last.ckpt":
+        _refuse_an_ended_run(config.trainer, run_dir)
     if not str(getattr(logger, "class_path", "")).endswith("TensorBoardLogger"):
         print(
             f"Resuming with trainer.logger={getattr(logger, 'class_path', logger)}: the run continues in a new "
@@ -82,3 +85,22 @@ def continue_in_place(config: Any, ckpt_path: Path, checkpoint: dict[str, Any]) 
     logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
     continue_runs(config.trackers or [], run_dir)  # in the same run directory: the same tracker runs
     return True
+
+
+def _refuse_an_ended_run(trainer: Any, run_dir: Path) -> None:
+    """Resuming a run that trained as long as its config plans, or stopped early, would only test it again (and its
+    early stopping would stop it again): refused, saying how to train on."""
+    path = run_dir / "provenance.json"
+    ended = json.loads(path.read_text())["segments"][-1] if path.is_file() else {}
+    status, epochs, steps = ended.get("status", ""), ended.get("epochs", 0), ended.get("steps", 0)
+    max_steps, max_epochs = trainer.max_steps or -1, trainer.max_epochs
+    if status == "finished" and (0 < max_steps <= steps or (max_epochs is not None and max_epochs <= epochs)):
+        raise ConfigError(
+            f"{run_dir} finished its {epochs} epochs ({steps} steps): nothing is left to resume. To train it longer, "
+            "give more (ARGS=--trainer.max_epochs=N, or max_steps; the schedule is re-planned)."
+        )
+    if status.startswith("stopped early"):
+        raise ConfigError(
+            f"{run_dir} {status}: resumed, its early stopping would stop it again. To train on from its weights, "
+            f"start a new run: ARGS=--model.init_from={run_dir}."
+        )
