@@ -81,6 +81,22 @@ def _without_modules(init: Path, modules: set[str]) -> None:
     init.write_text(re.sub(r"__all__ = \[.*?\](  # fmt: skip)?", lambda _: listed, "".join(kept), flags=re.S))
 
 
+def _without_extras(pyproject: Path, extras: set[str]) -> None:
+    """pyproject.toml without the left-out examples' extras: their lines with the comment lines that lead them, and
+    their names in the lists of extras (dev's)."""
+    kept: list[str] = []
+    lead: list[str] = []
+    for line in pyproject.read_text().splitlines(keepends=True):
+        if line.startswith("#"):
+            lead.append(line)
+            continue
+        if not re.match(rf"(?:{'|'.join(map(re.escape, extras))}) = ", line):
+            kept += [*lead, line]
+        lead = []
+    listed = lambda m: m[1] + ",".join(e for e in m[2].split(",") if e not in extras) + "]"  # noqa: E731
+    pyproject.write_text(re.sub(r'("\w+\[)([\w,]+)\]', listed, "".join(kept + lead)))
+
+
 def _named(gone: list[str], removed: list[str], name: str) -> set[str]:
     """How the manual names the template's files a repository lacks: the path; a Python file also by its name, its
     module and its classes as the package exports them; a config also by its runs' folder (``logs/<stem>``)."""
@@ -143,6 +159,8 @@ def rename_rendered(name: str, removed: list[str], dest: Path) -> None:
     modules = {rename(f[:-3], name).replace("/", ".") for f in left_out if re.match(rf"{OLD}/.*\.py$", f)}
     for init in (dest / rename(f, name) for f in rendered if f.endswith("__init__.py")):
         _without_modules(init, modules)
+    if extras := {x for n in removed for x in shipped_examples.EXAMPLES[n].extras}:
+        _without_extras(dest / "pyproject.toml", extras)
     gone = sorted(left_out | {f for f in ours if not f.startswith(".git/") and not (dest / rename(f, name)).exists()})
     pages = [dest / f for f in rendered if re.fullmatch(r"README\.md|docs/[^/]+\.md", f)]
     _manual_without(pages, name, removed, gone)

@@ -21,10 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 class Example(NamedTuple):
     files: tuple[str, ...]
     needs: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()  # pyproject's optional dependencies only this example uses
 
 
 _LISTED = json.loads((Path(__file__).with_suffix(".json")).read_text())
-EXAMPLES = {name: Example(tuple(e["files"]), tuple(e["needs"])) for name, e in _LISTED.items()}
+EXAMPLES = {name: Example(*(tuple(e.get(k, ())) for k in Example._fields)) for name, e in _LISTED.items()}
 
 
 def present(name: str, root: Path = ROOT) -> bool:

@@ -109,6 +109,9 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
     pyproject = (churn / "pyproject.toml").read_text()
     assert f'name = "{NEW}"' in pyproject and f'include = ["{NEW}*"]' in pyproject  # what pip installs
     assert f'{NEW} = "{NEW}.engine.cli:main"' in pyproject and f'"{NEW}[notebooks,' in pyproject
+    # The left-out examples' extras are gone (their packages are not installed for nothing), dev's list too.
+    for extra in {x for name in set(EXAMPLES) - kept for x in EXAMPLES[name].extras}:
+        assert not re.search(rf"(?m)^{extra} = |[\[,]{extra}[\],]", pyproject), extra
     named = [line for line in pyproject.splitlines() if re.search(rf"\b{PACKAGE}\b", line)]
     # the old name is left only in pyproject's own tables ([project], ...) and its description's prose
     assert all(line.startswith(("[project", "description = ")) for line in named), named
