@@ -177,6 +177,9 @@ def _checkout(tmp_path: Path) -> Path:
                 "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
                 configs=(DIGITS, LANGUAGE_MODEL)).trainer.log_dir  # type: ignore[arg-type]
         )  # fmt: skip
+    for trained in {run, language_model}:  # what `make resume` continues: a run interrupted, not one that finished
+        record = trained / "provenance.json"
+        record.write_text(record.read_text().replace('"status": "finished"', '"status": "interrupted by SIGINT"'))
     for name in named:
         (checkout / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
         (checkout / "logs" / name).symlink_to(language_model if name.startswith("language_model/") else run)
