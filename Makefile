@@ -65,7 +65,9 @@ $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 
 # copier (copier.yml) makes and updates a repository of your own: installed into .venv alone if make install has not.
 COPIER = @test -x $(BIN)/copier || { test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); $(BIN)/pip install -q $(CONSTRAINTS) 'copier>=9'; }
-GIT_AS_TEMPLATE := git -c user.name=new-project -c user.email=new-project@localhost -c init.defaultBranch=main
+# The first commit is yours when git knows who you are (user.email); otherwise it is signed new-project@localhost.
+GIT_AS_TEMPLATE = git $(if $(shell git config user.email),,-c user.name=new-project -c user.email=new-project@localhost) \
+	-c init.defaultBranch=main
 space := $(subst ,, )
 
 new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
