@@ -11,8 +11,9 @@ NAME ?=
 LOGS ?= logs
 SWEEP ?= configs/sweeps/default.yaml
 WORKERS ?= 1
-# Test processes (pytest-xdist): one per CPU core, at most 4; TEST_WORKERS=0 runs the tests in one process.
-TEST_WORKERS ?= auto
+# Test processes (pytest-xdist): one more than the CPU cores (many tests wait on processes they start), at most 4;
+# TEST_WORKERS=0 runs the tests in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
 # Extra pip requirement installed before the project and kept while it installs (so its extras, e.g. timm's torchvision,
 # resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
