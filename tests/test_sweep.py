@@ -75,6 +75,15 @@ def load(sweep_dir: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
+def trials_so_far(sweep_dir: Path, name: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials while the sweep runs: none before its journal holds the study (the file is there a moment
+    before the study's record is)."""
+    try:
+        return load(sweep_dir, name).get_trials() if (sweep_dir / "study.journal").exists() else []
+    except KeyError:  # Optuna's "Record does not exist.": the study is not created yet
+        return []
+
+
 @pytest.fixture(scope="module")
 def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A 2-worker sweep; one worker is SIGKILLed while its trial is between two validations (every trial of this
@@ -91,9 +100,7 @@ def killed_and_continued(tmp_path_factory: pytest.TempPathFactory) -> dict:
     deadline = time.monotonic() + 300
     while victim is None and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-        if not (sweep_dir / "study.journal").exists():
-            continue
-        running = load(sweep_dir, "search").get_trials(states=(TrialState.RUNNING,))
+        running = [t for t in trials_so_far(sweep_dir, "search") if t.state == TrialState.RUNNING]
         victim = next((t for t in running if t.intermediate_values and t.number >= 1), None)
     assert victim is not None, "no trial was seen running between two validations"
     os.kill(victim.user_attrs["pid"], signal.SIGKILL)
@@ -249,8 +256,7 @@ def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp
     deadline, reported = time.monotonic() + 200, False
     while not reported and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
-        if (sweep_dir / "study.journal").exists():
-            reported = any(t.intermediate_values for t in load(sweep_dir, "s").get_trials())
+        reported = any(t.intermediate_values for t in trials_so_far(sweep_dir, "s"))
     assert reported, "trial 0 never reported"
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground process group
     code, out = finish(proc)
