@@ -99,10 +99,11 @@ def _without_extras(pyproject: Path, extras: set[str]) -> None:
 
 def _named(gone: list[str], removed: list[str], name: str) -> set[str]:
     """How the manual names the template's files a repository lacks: the path; a Python file also by its name, its
-    module and its classes as the package exports them; a config also by its runs' folder (``logs/<stem>``)."""
+    module and its classes as the package exports them; a config also by its runs' folder (``logs/<logger name>``)."""
     names = {n for f in gone for n in (f, Path(f).name if f.endswith(".py") else f)}
     names |= {n for example in removed for n in shipped_examples.names(example, TEMPLATE)}
-    names |= {f"logs/{Path(f).stem}" for f in gone if f.startswith("configs/") and f.endswith(".yaml")}
+    configs = [(TEMPLATE / f).read_text() for f in gone if f.startswith("configs/") and f.endswith(".yaml")]
+    names |= {f"logs/{n}" for text in configs for n in re.findall(r"(?m)^ +name: ([\w.-]+)$", text)}
     return {rename(n, name) for n in names}
 
 

@@ -130,6 +130,9 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
     assert not re.search(r"(?<![\w/.])(copier\.yml|new_project\.py)(?![\w])", layout)
     lost = [n for name in set(EXAMPLES) - kept for n in shipped_examples.names(name, template)]
     assert not [n for n in lost if re.search(rf"(?<![\w.]){re.escape(n.replace(PACKAGE, NEW, 1))}(?![\w])", every_page)]
+    for config in (f for name in set(EXAMPLES) - kept for f in EXAMPLES[name].files if f.startswith("configs/")):
+        for logged in re.findall(r"(?m)^ +name: ([\w.-]+)$", (template / config).read_text()):
+            assert f"logs/{logged}/" not in every_page, f"the manual shows a run of {config}, which is left out"
     for block in re.findall(r"(?ms)^```\w*\n(.*?)^```", every_page):
         assert any(line.strip() and not line.startswith("#") for line in block.splitlines()), block
     for name in kept:  # what is kept stays, its text too
