@@ -30,6 +30,10 @@ class ThrottledProgressBar(RichProgressBar):
             return f"Epoch {current_epoch} (a {self.trainer.max_steps}-step run)"
         return super()._get_train_description(current_epoch)
 
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        # Without the logger's version (v_num): the run directory, printed at the start, names it.
+        return {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k != "v_num"}
+
     def _due(self, batch_idx: int, total: float, bar: Any) -> bool:
         """Whether the bar is due a move: its epoch's last batch, a bar not drawn yet, or a redraw's time."""
         now = time.monotonic()
