@@ -141,8 +141,9 @@ def rename_rendered(name: str, removed: list[str], dest: Path) -> None:
     """Renames the package in the files copier rendered from this template into ``dest`` (during `copier update`,
     your other files are left alone), then cuts what the removed examples were."""
     left_out = {f for n in removed for f in shipped_examples.EXAMPLES[n].files}
-    ours = sorted(str(p.relative_to(TEMPLATE)) for p in TEMPLATE.rglob("*") if p.is_file())
-    rendered = [f for f in ours if f not in left_out and not f.startswith(".git/") and (dest / f).is_file()]
+    files = (str(p.relative_to(TEMPLATE)) for p in TEMPLATE.rglob("*") if p.is_file())
+    ours = sorted(f for f in files if not f.startswith(".git/"))  # the template's files, not its git folder
+    rendered = [f for f in ours if f not in left_out and (dest / f).is_file()]
     for relative in rendered:
         source, target = dest / relative, dest / rename(relative, name)
         data = source.read_bytes()
@@ -162,7 +163,7 @@ def rename_rendered(name: str, removed: list[str], dest: Path) -> None:
         _without_modules(init, modules)
     if extras := {x for n in removed for x in shipped_examples.EXAMPLES[n].extras}:
         _without_extras(dest / "pyproject.toml", extras)
-    gone = sorted(left_out | {f for f in ours if not f.startswith(".git/") and not (dest / rename(f, name)).exists()})
+    gone = sorted(left_out | {f for f in ours if not (dest / rename(f, name)).exists()})
     pages = [dest / f for f in rendered if re.fullmatch(r"README\.md|docs/[^/]+\.md", f)]
     _manual_without(pages, name, removed, gone)
 
