@@ -172,6 +172,15 @@ BAD_INPUTS = [
     (["--trainer.max_epochs=null"], "trainer.max_epochs"),
     (["--trainer.use_distributed_sampler=true"], "trainer.use_distributed_sampler=true"),
     (["--model=toy.Regressor"], "learns from values, but data.class_path=Digits serves classes"),
+    # A constructor that refuses its arguments (jsonargparse wraps its error in a page of union subtypes).
+    (
+        ["--trainer.profiler=lightning.pytorch.profilers.PyTorchProfiler", "--trainer.profiler.sort_by_key=total"],
+        "error: lightning.pytorch.profilers.PyTorchProfiler: Found sort_by_key: total. Should be within {",
+    ),
+    (
+        ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val/acc", "--trainer.callbacks.mode=up"],
+        "error: a lightning.pytorch.callbacks.callback.Callback of the config: `mode` can be min, max, got up",
+    ),
 ]
 
 

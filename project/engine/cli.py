@@ -28,7 +28,7 @@ from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in
 from project.engine.faults import run_with_exit_codes
-from project.engine.parser import Parser, torch_optimizer_names
+from project.engine.parser import Parser, refused_by_constructor, torch_optimizer_names
 from project.engine.portable import learned_in, restoring
 from project.engine.provenance import Provenance
 from project.engine.run_directory import SaveConfig, continue_in_place
@@ -149,8 +149,9 @@ class CLI(LightningCLI):
         try:
             with restoring(getattr(self, "_learned", None)):
                 super().instantiate_classes()
-        except ValueError as err:  # jsonargparse wraps what a subclass-mode DataModule raised: our error, unwrapped
-            raise (config_error_in(err) or err) from None
+        except ValueError as err:  # jsonargparse wraps what a constructor raised: our error unwrapped, else one line
+            refused = refused_by_constructor(err)
+            raise (config_error_in(err) or (ConfigError(refused) if refused else err)) from None
 
     def after_instantiate_classes(self) -> None:
         task, data = self.model, self.datamodule

@@ -59,6 +59,20 @@ def condensed(message: str) -> str:
     return f"{name}: {reason}" if name and reason else message
 
 
+def refused_by_constructor(err: ValueError) -> str | None:
+    """jsonargparse's error for a class whose constructor refused its arguments (a Lightning profiler's unknown
+    ``sort_by_key``, EarlyStopping's ``mode``) in one sentence: the class (or, in a list, its kind) and the
+    constructor's own message; None for any other error."""
+    message = str(err)
+    given = re.search(r"Given value: Namespace\(class_path='([^']+)'", message)
+    kind = re.search(r"<class '([\w.]+)'>", message)
+    reasons = [text[2:] for line in message.splitlines() if (text := line.strip()).startswith("- ")
+               and not text.startswith(("- Expected a <class", "- Problem with given", "- Not a valid subclass"))]
+    if not reasons or not (given or kind):
+        return None
+    return f"{given[1] if given else f'a {kind[1]} of the config'}: {reasons[0]}"  # type: ignore[index]
+
+
 def _optimizers() -> list[str]:
     found, todo = set(), [torch.optim.Optimizer]
     while todo:  # AdamW is a subclass of Adam
