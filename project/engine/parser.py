@@ -66,8 +66,12 @@ def refused_by_constructor(err: ValueError) -> str | None:
     message = str(err)
     given = re.search(r"Given value: Namespace\(class_path='([^']+)'", message)
     kind = re.search(r"<class '([\w.]+)'>", message)
-    reasons = [text[2:] for line in message.splitlines() if (text := line.strip()).startswith("- ")
-               and not text.startswith(("- Expected a <class", "- Problem with given", "- Not a valid subclass"))]
+    reasons = [
+        text[2:]
+        for line in message.splitlines()
+        if (text := line.strip()).startswith("- ")
+        and not text.startswith(("- Expected a <class", "- Problem with given", "- Not a valid subclass"))
+    ]
     if not reasons or not (given or kind):
         return None
     return f"{given[1] if given else f'a {kind[1]} of the config'}: {reasons[0]}"  # type: ignore[index]
