@@ -159,12 +159,13 @@ tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from 
 	$(BIN)/tensorboard --logdir $(LOGS) --host 127.0.0.1 --port $(PORT)
 
 # The local tracking server for users without one: runs in logs/mlflow.db (the same store a run without
-# MLFLOW_TRACKING_URI writes), artifacts under logs/mlflow-artifacts, loopback only.
+# MLFLOW_TRACKING_URI writes), artifacts under logs/mlflow-artifacts, loopback only. Without MLflow's job execution
+# (its GenAI jobs: 8 more processes, 1.5 GB here), which tracking and the UI do not use.
 mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT (default 5000): SQLite store and artifacts under logs/
 	@$(BIN)/python -c "import mlflow" 2>/dev/null || $(BIN)/pip install $(CONSTRAINTS) -e '.[mlflow]'
 	@mkdir -p logs
 	@echo "MLflow: http://127.0.0.1:$(MLFLOW_PORT)  (runs log there with MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT))"
-	$(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db --artifacts-destination logs/mlflow-artifacts \
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db --artifacts-destination logs/mlflow-artifacts \
 		--host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)

@@ -40,6 +40,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
              "--artifacts-destination", str(base / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
              "--workers", "1"],
             cwd=base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},  # as make mlflow
         )  # fmt: skip
         uri, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120  # a bound on a hung start, not a wait
         while not _answers(f"{uri}/health"):
