@@ -255,6 +255,7 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
         assert f"epoch {epoch}: val/loss=" in log  # one line per epoch, since no bar is redrawn
     assert "best val/acc=" in log and "test/acc=" in log
     assert len(log.splitlines()) < 120 and "\r" not in log  # no redraw spam
+    assert "Tip:" not in log and "litmodels" not in log  # nor Lightning's adverts for its cloud
 
 
 def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(tmp_path: Path) -> None:

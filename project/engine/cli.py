@@ -8,6 +8,7 @@ checks before a run are ``checks.py``; the one-sentence errors ``parser.py``'s a
 """
 
 import importlib
+import logging
 import sys
 import time
 import warnings
@@ -37,6 +38,9 @@ from project.engine.task import Task
 from project.engine.tracking import TrackerRun, fill_in, require_extra
 
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Lightning resolves itself
+# Lightning 2.6 advertises its cloud services on every run ("💡 Tip: ... litlogger", "... litmodels"), and has no
+# switch for it (Lightning #21294): those two lines are dropped from the logger its rank_zero_info writes to.
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: not r.getMessage().startswith("💡 Tip"))
 
 
 class CLI(LightningCLI):
@@ -116,8 +120,12 @@ class CLI(LightningCLI):
         torch.set_float32_matmul_precision(config.float32_matmul_precision)
         if self.subcommand != "fit":
             config.trackers = None  # validate/test/predict of a run log nothing to its tracker run
-        for key, logger in _loggers_named(config):
-            require_extra(key, logger.class_path)
+        for key, logger in [
+            ("trainer.logger", config.trainer.logger),
+            *(("trackers", t) for t in config.trackers or []),
+        ]:
+            if getattr(logger, "class_path", None):  # a logger whose extra is not installed: refused in one sentence
+                require_extra(key, logger.class_path)
         if self.subcommand == "predict":
             # Predictions are written in input order by one process, and log nothing.
             trainer = self.config.predict.trainer
@@ -150,8 +158,7 @@ class CLI(LightningCLI):
             with restoring(getattr(self, "_learned", None)):
                 super().instantiate_classes()
         except ValueError as err:  # jsonargparse wraps what a constructor raised: our error unwrapped, else one line
-            refused = refused_by_constructor(err)
-            raise (config_error_in(err) or (ConfigError(refused) if refused else err)) from None
+            raise (config_error_in(err) or refused_by_constructor(err) or err) from None
 
     def after_instantiate_classes(self) -> None:
         task, data = self.model, self.datamodule
@@ -238,13 +245,6 @@ def _settable_at_predict(model: Any) -> tuple[str, ...]:
     except (ImportError, AttributeError, ValueError):
         return ()
     return tuple(getattr(task, "settable_at_predict", ()))
-
-
-def _loggers_named(config: Any) -> list[tuple[str, Any]]:
-    """(key, parsed config) of trainer.logger and each of the trackers that names a class."""
-    logger = config.trainer.logger
-    named = [("trainer.logger", logger)] if getattr(logger, "class_path", None) else []
-    return named + [("trackers", t) for t in config.get("trackers") or []]
 
 
 def main(args: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ from typing import NoReturn
 import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
+from project.engine.errors import ConfigError
 from project.recipe import WarmupSchedule
 
 # --help lists the Trainer's keys but not those of the classes a config chooses (the task, its net, the DataModule).
@@ -59,7 +60,7 @@ def condensed(message: str) -> str:
     return f"{name}: {reason}" if name and reason else message
 
 
-def refused_by_constructor(err: ValueError) -> str | None:
+def refused_by_constructor(err: ValueError) -> ConfigError | None:
     """jsonargparse's error for a class whose constructor refused its arguments (a Lightning profiler's unknown
     ``sort_by_key``, EarlyStopping's ``mode``) in one sentence: the class (or, in a list, its kind) and the
     constructor's own message; None for any other error."""
@@ -74,7 +75,7 @@ def refused_by_constructor(err: ValueError) -> str | None:
     ]
     if not reasons or not (given or kind):
         return None
-    return f"{given[1] if given else f'a {kind[1]} of the config'}: {reasons[0]}"  # type: ignore[index]
+    return ConfigError(f"{given[1] if given else f'a {kind[1]} of the config'}: {reasons[0]}")  # type: ignore[index]
 
 
 def _optimizers() -> list[str]:
