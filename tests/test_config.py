@@ -261,8 +261,8 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
 
 @pytest.mark.guarantee(
     "what runs is what the config lists: no callback or plugin is added behind it; leaving out "
-    "`AtomicCheckpointIO`, `LastCheckpoint`, `Provenance` or the prediction writer loses its guarantee, one line "
-    "each says so"
+    "`AtomicCheckpointIO`, `LastCheckpoint`, `Provenance`, `TrackerRun` or the prediction writer loses its guarantee, "
+    "one line each says so"
 )
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from project.engine.checkpoints import AtomicCheckpointIO
@@ -274,20 +274,27 @@ def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCa
         kinds = [type(cb) for cb in cli.trainer.callbacks if type(cb).__module__.startswith(f"{PACKAGE}.")]
         return [*kinds, type(cli.trainer.strategy.checkpoint_io)]
 
-    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG))  # the config lists all four
-    assert {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep} <= set(ours(listed))
-    assert "leaves out" not in caplog.text
+    from project.engine.tracking import TrackerRun
+
+    # A tracker (any Lightning logger: a CSVLogger needs no extra) beside the run directory's logger.
+    tracked = tmp_path / "tracked.yaml"
+    tracked.write_text(yaml.safe_dump({"trackers": [{"class_path": "lightning.pytorch.loggers.CSVLogger",
+                                                     "init_args": {"save_dir": str(tmp_path / "csv")}}]}))  # fmt: skip
+    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG, str(tracked)))  # the config lists all five
+    assert {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep, TrackerRun} <= set(ours(listed))
+    assert "leaves out" not in caplog.text and (Path(listed.trainer.log_dir) / "trackers.json").is_file()
     # Left out of the config: not added behind its back, and one line each says what is lost.
     callbacks = [cb for cb in yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
                  if not cb["class_path"].endswith(("LastCheckpoint", "Provenance", "ValidateTheLastStep",
-                                                   "CSVPredictionWriter"))]  # fmt: skip
+                                                   "CSVPredictionWriter", "TrackerRun"))]  # fmt: skip
     overlay = tmp_path / "without.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "plugins": None}}))
-    bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(overlay)))
-    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep} & set(ours(bare))
+    bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(tracked), str(overlay)))
+    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep, TrackerRun} & set(ours(bare))
+    assert not (Path(bare.trainer.log_dir) / "trackers.json").exists()
     lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
-    named = ("AtomicCheckpointIO", "LastCheckpoint", "ValidateTheLastStep", "Provenance")
-    assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 4
+    named = ("AtomicCheckpointIO", "LastCheckpoint", "ValidateTheLastStep", "Provenance", "TrackerRun")
+    assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 5
     # predict likewise: a config without a prediction writer writes no predictions, and one line says so.
     run = Path(bare.trainer.log_dir)
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])

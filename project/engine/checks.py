@@ -14,6 +14,7 @@ from project.engine.errors import ConfigError
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.monitored import ValidateTheLastStep
 from project.engine.provenance import Provenance
+from project.engine.tracking import TrackerRun
 
 
 def check_fit(trainer: Any) -> None:
@@ -66,7 +67,7 @@ def check_task_fits_data(task: Any, data: Any) -> None:
             )
 
 
-def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any]) -> None:
+def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any], trackers: bool) -> None:
     """What runs is what the config lists: a guarantee whose callback or plugin it leaves out is lost, and one line
     each says so (nothing is added behind the config's back)."""
     missing: list[tuple[str, type, str]] = []
@@ -84,6 +85,9 @@ def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any]) -> 
     if not any(isinstance(cb, Provenance) for cb in callbacks):
         missing.append(("trainer.callbacks", Provenance,
                         "no provenance.json: make runs and make sweep-status cannot list this run"))  # fmt: skip
+    if trackers and not any(isinstance(cb, TrackerRun) for cb in callbacks):
+        missing.append(("trainer.callbacks", TrackerRun,
+                        "make resume starts new tracker runs, without config, provenance or artifacts"))  # fmt: skip
     for key, kind, lost in missing:
         name = f"{kind.__module__}.{kind.__name__}"
         rank_zero_info(f"The config's {key} leaves out {name}: {lost} (configs/default.yaml lists it).")

@@ -174,15 +174,14 @@ class CLI(LightningCLI):
         if self.subcommand == "predict" and not any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
             rank_zero_info("The config's trainer.callbacks lists no prediction writer (project.engine.predict."
                            "CSVPredictionWriter, configs/default.yaml): the predictions are not written.")  # fmt: skip
+        trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
         if self.subcommand == "fit":
-            say_what_the_config_leaves_out(self.trainer, callbacks)
+            say_what_the_config_leaves_out(self.trainer, callbacks, bool(trackers))
         for provenance in (cb for cb in callbacks if isinstance(cb, Provenance)):
             provenance.cli_args = self._cli_args  # what this CLI parsed (inside a notebook or a test: not sys.argv)
-        trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
-        if trackers:
-            resolved = self.config.fit.clone()
-            resolved.pop("config", None)  # the config files' paths, not a setting of the run
-            callbacks.append(TrackerRun(trackers, simple(flatten(resolved.as_dict()))))
+        for tracker_run in (cb for cb in callbacks if isinstance(cb, TrackerRun) and trackers):
+            resolved = {k: v for k, v in self.config.fit.as_dict().items() if k != "config"}  # not the files' paths
+            tracker_run.trackers, tracker_run.config = trackers, simple(flatten(resolved))
 
     def predict(self, **kwargs: Any) -> Any:
         """``Trainer.predict`` (LightningCLI calls a method of the subcommand's name), without Lightning's warning that

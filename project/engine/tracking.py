@@ -3,8 +3,9 @@
 ``trainer.logger`` stays the one logger that owns the run directory (TensorBoard: ``logs/<name>/version_<N>/``,
 which every ``--trainer.logger.init_args.*`` override, the sweep and the in-place resume address). ``trackers`` is
 a list of more Lightning loggers (``MLFlowLogger``, ``WandbLogger``, any other) that the CLI hands to the Trainer
-after it, so Lightning logs every curve and hyperparameter to them too. ``TrackerRun``, which the CLI adds when
-there are trackers, gives them what Lightning's loggers leave out:
+after it, so Lightning logs every curve and hyperparameter to them too. ``TrackerRun`` (a callback of
+configs/default.yaml, to which the CLI hands the trackers and the run's config) gives them what Lightning's loggers
+leave out:
 
 - ``<run>/trackers.json``: each tracker's run id, so ``make resume`` continues the same tracker run;
 - the run's flattened config as params, its provenance as tags (commit, dirty, versions, host), and
@@ -88,16 +89,18 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 
 class TrackerRun(Callback):
-    """See the module's docstring. Rank 0 only: Lightning's loggers log from rank 0."""
+    """See the module's docstring. Rank 0 only: Lightning's loggers log from rank 0. Without trackers it does
+    nothing."""
 
-    def __init__(self, trackers: list[Any], config: dict[str, Any]) -> None:
-        self.trackers, self.config = trackers, config
+    def __init__(self) -> None:
+        self.trackers: list[Any] = []  # the config's trackers and its resolved values, set by the CLI
+        self.config: dict[str, Any] = {}
         self.run_dir: Path | None = None
         self.record: dict[str, Any] = {}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         log_dir = trainer.log_dir  # a broadcast from rank 0: every rank must ask
-        if stage != "fit" or not trainer.is_global_zero or not log_dir:
+        if stage != "fit" or not trainer.is_global_zero or not log_dir or not self.trackers:
             return
         self.run_dir = Path(log_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
