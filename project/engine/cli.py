@@ -174,7 +174,7 @@ class CLI(LightningCLI):
         if self.subcommand == "predict" and not any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
             rank_zero_info("The config's trainer.callbacks lists no prediction writer (project.engine.predict."
                            "CSVPredictionWriter, configs/default.yaml): the predictions are not written.")  # fmt: skip
-        trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None
+        trackers = (self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None) or []
         if self.subcommand == "fit":
             say_what_the_config_leaves_out(self.trainer, callbacks, bool(trackers))
         for provenance in (cb for cb in callbacks if isinstance(cb, Provenance)):
