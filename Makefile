@@ -165,8 +165,8 @@ mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT
 	@$(BIN)/python -c "import mlflow" 2>/dev/null || $(BIN)/pip install $(CONSTRAINTS) -e '.[mlflow]'
 	@mkdir -p logs
 	@echo "MLflow: http://127.0.0.1:$(MLFLOW_PORT)  (runs log there with MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT))"
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db --artifacts-destination logs/mlflow-artifacts \
-		--host 127.0.0.1 --port $(MLFLOW_PORT)
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db \
+		--artifacts-destination logs/mlflow-artifacts --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)
