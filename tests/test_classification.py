@@ -50,6 +50,9 @@ def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_t
     assert Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/loss").mode == "min"
     with pytest.raises(ConfigError, match=re.escape("model.monitor='val/f1': Classifier logs val/acc, val/loss")):
         Classifier(net=torch.nn.Identity(), target_names=["a", "b"], monitor="val/f1")
+    # One target (a table's real-valued column): said so, not torchmetrics' "num_classes ... larger than 1".
+    with pytest.raises(ConfigError, match=re.escape("serves one target, ['price']: for real values train a regressor")):
+        Classifier(net=torch.nn.Identity(), target_names=["price"])
 
 
 @pytest.mark.guarantee(

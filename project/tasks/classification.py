@@ -54,6 +54,12 @@ class Classifier(Task):
         """
         if not 0.0 <= label_smoothing < 1.0:
             raise ConfigError(f"model.label_smoothing={label_smoothing!r}: must lie in [0, 1).")
+        if engine.get("target_names") is not None and len(engine["target_names"]) < 2:  # torchmetrics needs 2+
+            raise ConfigError(
+                f"model.class_path={type(self).__name__} tells classes apart, but the data serves one target, "
+                f"{list(engine['target_names'])}: for real values train a regressor (the regression example's "
+                "configs/tasks/regression.yaml); a classifier needs two classes or more."
+            )
         self.label_smoothing = label_smoothing
         self.metric_names = list(metrics or ["acc"])
         super().__init__(**engine)
