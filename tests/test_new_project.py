@@ -232,3 +232,12 @@ def test_a_destination_holding_files_or_a_left_out_default_is_refused(template: 
     assert made.returncode != 0, made.stdout
     assert "error: configs/default.yaml selects the table example, which keep leaves out" in made.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_the_check_says_which_examples_are_kept_and_which_are_left_out() -> None:
+    """A task of its own (the Regressor) is an example of its own: KEEP=table leaves it out, and says so."""
+    for keep in (["table"], [list(EXAMPLES)[-1]]):
+        said = run(sys.executable, ROOT / "scripts" / "new_project.py", "check", "churn", "", *keep, cwd=ROOT).stdout
+        kept = kept_with_needs(keep)
+        assert said.splitlines() == [f"Examples kept: {', '.join(n for n in EXAMPLES if n in kept)}; left out: "
+                                     f"{', '.join(n for n in EXAMPLES if n not in kept)}."]  # fmt: skip
