@@ -217,6 +217,20 @@ def test_the_command_line_is_read_without_a_warning_and_a_bare_optimizer_name_is
     assert cli.config.model.init_args.optimizer.class_path == "torch.optim.SGD"
 
 
+def test_an_overlay_appends_a_callback_with_callbacks_plus(tmp_path: Path) -> None:
+    """A list in a later file replaces the earlier one; ``callbacks+:`` appends to it instead (jsonargparse)."""
+    from project.engine.cli import CLI
+
+    overlay = tmp_path / "more.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.ModelSummary\n")
+    listed = yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
+    cli = CLI(
+        ["--config", DIGITS, "--config", str(overlay), f"--trainer.logger.init_args.save_dir={tmp_path}"], run=False
+    )
+    names = [str(cb.class_path) for cb in cli.config.trainer.callbacks]
+    assert names == [cb["class_path"] for cb in listed] + ["lightning.pytorch.callbacks.ModelSummary"]
+
+
 def test_unknown_key_in_a_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  lrr: 0.1\n")
