@@ -84,7 +84,8 @@ class Regressor(Task):
 
     def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
         header = [f"predicted_{name}" for name in self.target_names]
-        return header, [[f"{v:.6g}" for v in row] for row in predictions.reshape(len(predictions), -1).tolist()]
+        # Every digit float32 holds (~7): a price of 431756.31 is written 431756.3, not rounded to 431756.
+        return header, [[f"{v:.7g}" for v in row] for row in predictions.reshape(len(predictions), -1).tolist()]
 
     def output_head(self) -> nn.Module:
         return self.targets
