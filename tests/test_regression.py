@@ -130,6 +130,11 @@ def test_the_regressors_loss_is_its_closed_form_on_standardised_targets(kind: st
     expected = {"mse": [(0.25 + 0) / 2, (0 + 16) / 2], "huber": [(0.125 + 0) / 2, (0 + 3.5) / 2]}[kind]
     torch.testing.assert_close(task.loss(outputs, targets), torch.tensor(expected))
     assert task.prediction(outputs).tolist() == [[105.0, -3.0], [100.0, -3.0]]  # back in the targets' units
+    # Written with every digit a float32 holds: a price is not rounded to whole units.
+    assert task.prediction_table(torch.tensor([[431756.31, 0.5]])) == (
+        ["predicted_a", "predicted_b"],
+        [["431756.3", "0.5"]],
+    )
 
 
 def test_the_regression_overlay_switches_the_task_and_the_data_keeps_only_its_own_settings(
