@@ -289,6 +289,7 @@ def test_make_resume_continues_the_latest_run_and_refuses_when_there_is_none_or_
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
     resumed = subprocess.run([*make, f"RUN={run}"], capture_output=True, text=True, env=env, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "exists and is not empty" not in resumed.stderr  # Lightning's warning: continuing in it is the point
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
     assert [d.name for d in run.parent.iterdir()] == ["version_0"]
     # Resumed to its planned end, the run is finished: resuming it again is refused, adding nothing to its record.

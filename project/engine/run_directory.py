@@ -4,6 +4,7 @@ refused before its first checkpoint), and a resumed run continued in its own dir
 import contextlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,8 @@ def continue_in_place(config: Any, ckpt_path: Path, checkpoint: dict[str, Any]) 
     logger.init_args.version = run_dir.name
     logger.init_args.purge_step = int(checkpoint.get("global_step", 0))
     continue_runs(config.trackers or [], run_dir)  # in the same run directory: the same tracker runs
+    # Lightning warns that the checkpoint directory "exists and is not empty": continuing in it is the point.
+    warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
     return True
 
 
