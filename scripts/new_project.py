@@ -174,10 +174,7 @@ def main(argv: list[str]) -> int:
         print(f"error: {wrong}", file=sys.stderr)
         return 2
     if step == "check" and keep:  # a task of its own (regression) is an example of its own: say what stays out
-        kept, todo = set(), list(keep)
-        while todo:
-            kept.add(example := todo.pop())
-            todo += shipped_examples.EXAMPLES[example].needs
+        kept = shipped_examples.with_needs(keep)
         left = ", ".join(n for n in shipped_examples.EXAMPLES if n not in kept)
         print(f"Examples kept: {', '.join(n for n in shipped_examples.EXAMPLES if n in kept)}; left out: {left}.")
     if step == "rename":

@@ -34,6 +34,14 @@ def present(name: str, root: Path = ROOT) -> bool:
     return all((root / f).is_file() for f in example.files) and all(present(n, root) for n in example.needs)
 
 
+def with_needs(keep: list[str]) -> set[str]:
+    """The examples ``keep`` names and those they build on (as copier.yml's ``keep`` brings them)."""
+    kept = set(keep)
+    while more := {n for k in kept for n in EXAMPLES[k].needs} - kept:
+        kept |= more
+    return kept
+
+
 def names(example: str, root: Path = ROOT) -> set[str]:
     """How code and configs name an example: the dotted modules of its Python files in the package, and its classes
     as the package exports them (``project.tasks.Regressor``)."""

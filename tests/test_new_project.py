@@ -13,7 +13,7 @@ import manual  # scripts/ (conftest puts it on the path)
 import pytest
 import shipped_examples
 from conftest import PACKAGE, ROOT
-from shipped_examples import EXAMPLES, present
+from shipped_examples import EXAMPLES, present, with_needs
 
 # The template making a repository of yours (its examples and manual as they ship): `make check-manual` (the
 # template's CI) runs these.
@@ -53,13 +53,6 @@ def template_copy(into: Path) -> Path:
     return into
 
 
-def kept_with_needs(keep: list[str]) -> set[str]:
-    kept = set(keep)
-    while more := {n for k in kept for n in EXAMPLES[k].needs} - kept:
-        kept |= more
-    return kept
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return template_copy(tmp_path_factory.mktemp("template"))
@@ -89,7 +82,7 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
     assert len(git("log", "--format=%H").split()) == 1 and git("status", "--porcelain") == ""
     answers = (churn / ".copier-answers.yml").read_text()
     keep = re.findall(r"(?m)^- (\w+)$", answers)
-    kept = kept_with_needs(keep)
+    kept = with_needs(keep)
     assert f"package: {NEW}" in answers and f"_src_path: {template}" in answers
     left_out = {f for name in set(EXAMPLES) - kept for f in EXAMPLES[name].files}
     expected = {re.sub(rf"^{PACKAGE}/", f"{NEW}/", f) for f in git("-C", template, "ls-files").splitlines()
@@ -164,7 +157,7 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
 
 
 def test_make_example_data_writes_the_kept_examples_data_only(churn: Path, tmp_path: Path) -> None:
-    kept = kept_with_needs(re.findall(r"(?m)^- (\w+)$", (churn / ".copier-answers.yml").read_text()))
+    kept = with_needs(re.findall(r"(?m)^- (\w+)$", (churn / ".copier-answers.yml").read_text()))
     written = {"images": "images", "table": "table.csv", "regression": "regression.csv", "multilabel": "tags.csv",
                "text_classification": "lines.csv", "segmentation": "segmentation"}  # fmt: skip
     if importlib.util.find_spec("transformers"):  # the hf extra's models
@@ -238,6 +231,6 @@ def test_the_check_says_which_examples_are_kept_and_which_are_left_out() -> None
     """A task of its own (the Regressor) is an example of its own: KEEP=table leaves it out, and says so."""
     for keep in (["table"], [list(EXAMPLES)[-1]]):
         said = run(sys.executable, ROOT / "scripts" / "new_project.py", "check", "churn", "", *keep, cwd=ROOT).stdout
-        kept = kept_with_needs(keep)
+        kept = with_needs(keep)
         assert said.splitlines() == [f"Examples kept: {', '.join(n for n in EXAMPLES if n in kept)}; left out: "
                                      f"{', '.join(n for n in EXAMPLES if n not in kept)}."]  # fmt: skip
