@@ -13,6 +13,10 @@ warms the other's caches. What is measured, so that a difference can be placed:
 - start-up: process start to the first step, split into imports, CLI/config, setup and the first batch;
 - the whole run: process start to the end of training.
 The bench's own noise is the run-to-run spread of the hand-written loop (the same loop, run again).
+Every run's process gets the same fixed glibc malloc thresholds (``ALLOCATOR``): with glibc's default, adaptive ones,
+a process could hand its tensors' memory back to the kernel and fault it in again at every step (1,200-2,300 page
+faults per step on the long workload, +30-50% step time), by how its earlier allocations went, not by its work. Each
+run reports its page faults per step.
 
 The fine-tuning workload (benchmarks/finetune.py, where the hf extra is installed) times SFT of a small Llama by the
 template against a plain transformers loop, and LoRA against full fine-tuning.
@@ -79,6 +83,8 @@ PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressB
 # Training batches per epoch in the decomposition (its rows are per step and per validation batch, so a shorter
 # epoch changes no row, only how long the nine fits take).
 PARTS_LIMIT = {"long": 70}
+# Fixed glibc malloc thresholds for every measured process (see the docstring); values already in the environment win.
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(4 * 2**30)}
 
 
 def _device() -> torch.device:
@@ -182,6 +188,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     for epoch in range(epochs):
         marks["epoch_start"].append(time.time())
         marks["cpu"].append([time.thread_time()])
+        marks["faults"].append([_faults()])
         sampler.set_epoch(epoch)
         net.train()
         for step, (x, y) in enumerate(loader):
@@ -200,6 +207,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             if "first_step_end" not in marks:
                 marks["first_step_end"] = time.time()
         marks["train_end"].append(time.time())
+        marks["faults"][-1].append(_faults())
         marks["cpu"][-1] += [time.thread_time()] * 2
         val_start = time.time()
         net.eval()
@@ -268,7 +276,12 @@ RECIPES = {"Classifier": _classifier, "Regressor": _regressor, "LanguageModel": 
 def _marks(t0: float | None) -> dict[str, Any]:
     """A run's timing marks: per epoch its start, the end of its training part and its validation's duration, and
     the main thread's CPU time at each of those points (``cpu``); ``t0`` is when its process started."""
-    return {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "cpu": []}
+    return {"t0": t0, "epoch_start": [], "train_end": [], "val": [], "cpu": [], "faults": []}
+
+
+def _faults() -> int:
+    """The process's page faults so far (minor ones: memory handed back by the allocator and touched again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _clock(marks: dict[str, Any]) -> Any:
@@ -282,13 +295,14 @@ def _clock(marks: dict[str, Any]) -> Any:
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             marks["epoch_start"].append(time.time())
             marks["cpu"].append([time.thread_time()])
+            marks["faults"].append([_faults()])
 
         def on_train_batch_start(self, *_: object) -> None:
             marks.setdefault("first_batch", time.time())
 
         def on_train_batch_end(self, *_: object) -> None:
             marks.setdefault("first_step_end", time.time())
-            self.last_batch_end, self.last_batch_end_cpu = time.time(), time.thread_time()
+            self.last_batch_end, self.last_batch_end_cpu, self.last_faults = time.time(), time.thread_time(), _faults()
 
         def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
@@ -296,6 +310,7 @@ def _clock(marks: dict[str, Any]) -> Any:
                 marks["val_batches"] = int(trainer.num_val_batches[0])
                 self.val_start = time.time()
                 marks["cpu"][-1] += [self.last_batch_end_cpu, time.thread_time()]
+                marks["faults"][-1].append(self.last_faults)
 
         def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
@@ -446,6 +461,7 @@ def _result(kind: str, workload: str, batch_size: int, steps_per_epoch: int, mar
         # machine barely change (wall time counts the time they hold the cores).
         "cpu_ms_per_step": [1e3 * (c[1] - c[0]) / steps_per_epoch for c in marks["cpu"][1:]],
         "cpu_val_ms": [1e3 * (c[3] - c[2]) for c in marks["cpu"][1:]],
+        "faults_per_step": [(f[1] - f[0]) / steps_per_epoch for f in marks["faults"][1:]],
         "saves": marks.get("saves", []),
         "samples_per_sec": batch_size * 1e3 / statistics.median(per_step),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -498,6 +514,7 @@ def _summarise(rs: list[dict]) -> dict[str, Any]:
             "mb": save_mb,
             "mb_per_s": save_mb / save_s if save_s else 0.0,
         },
+        "faults_per_step": statistics.median(statistics.median(r["faults_per_step"]) for r in rs),
         "first_step_s": _stats([r["time_to_first_step_s"] for r in rs]),
         "whole_run_s": _stats([r["whole_run_s"] for r in rs]),
         "startup": startup,
@@ -606,7 +623,7 @@ def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, 
     out = subprocess.run(
         [sys.executable, __file__, "--one", kind, "--config", config, "--workload", workload, "--t0", repr(t0),
          "--spec", str(spec), "--out", results, *(["--epochs", str(epochs)] if epochs else [])],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        cwd=ROOT, capture_output=True, text=True, env={**ALLOCATOR, **os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     if out.returncode != 0:
         raise SystemExit(f"{kind}/{workload} failed:\n{out.stderr[-3000:]}")
@@ -646,6 +663,7 @@ def main() -> None:
             print(json.dumps(run_reference(args.spec, args.workload, args.t0)))
         return
 
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     rows, runs = [], []
     kinds = ("reference", "lightning", "template")
     for workload in args.workloads:
@@ -682,7 +700,7 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, __file__, "--one", "parts", "--config", args.config, "--workload", workload,
              "--repeats", str(args.repeats), "--out", args.out],
-            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            cwd=ROOT, capture_output=True, text=True, env={**ALLOCATOR, **os.environ, "PYTHONWARNINGS": "ignore"},
         )  # fmt: skip
         if out.returncode != 0:
             raise SystemExit(f"parts/{workload} failed:\n{out.stderr[-3000:]}")
@@ -697,7 +715,8 @@ def main() -> None:
         for kind in kinds:
             r, up = row[kind], row[kind]["startup"]
             print(
-                f"  {kind:9}  step {_mmm(r['step_ms'], 2)} ms   per epoch {_mmm(r['epoch_fixed_ms'], 1)} ms "
+                f"  {kind:9}  step {_mmm(r['step_ms'], 2)} ms ({r['faults_per_step']:.0f} page faults)   "
+                f"per epoch {_mmm(r['epoch_fixed_ms'], 1)} ms "
                 f"(val {r['val_ms']:.1f})   first step {r['first_step_s']['median']:.2f} s (imports "
                 f"{up['imports']:.2f}, CLI/config {up['cli_config']:.2f}, setup {up['setup']:.2f}, first batch "
                 f"{up['first_batch']:.3f})   whole run {_mmm(r['whole_run_s'], 2)} s   val metric {r['val_metric']}"
