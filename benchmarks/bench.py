@@ -13,10 +13,10 @@ warms the other's caches. What is measured, so that a difference can be placed:
 - start-up: process start to the first step, split into imports, CLI/config, setup and the first batch;
 - the whole run: process start to the end of training.
 The bench's own noise is the run-to-run spread of the hand-written loop (the same loop, run again).
-Every run's process gets the same fixed glibc malloc thresholds (``ALLOCATOR``): with glibc's default, adaptive ones,
-a process could hand its tensors' memory back to the kernel and fault it in again at every step (1,200-2,300 page
-faults per step on the long workload, +30-50% step time), by how its earlier allocations went, not by its work. Each
-run reports its page faults per step.
+Every process the bench starts gets the same fixed glibc malloc thresholds (``ALLOCATOR``): with glibc's adaptive
+ones, a process could hand its tensors' memory back to the kernel and fault it in again at every step (1,200-2,300
+page faults per step on the long workload, +30-50% step time), by how its earlier allocations went, not by its work.
+Each run reports its page faults per step.
 
 The fine-tuning workload (benchmarks/finetune.py, where the hf extra is installed) times SFT of a small Llama by the
 template against a plain transformers loop, and LoRA against full fine-tuning.
@@ -83,7 +83,7 @@ PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressB
 # Training batches per epoch in the decomposition (its rows are per step and per validation batch, so a shorter
 # epoch changes no row, only how long the nine fits take).
 PARTS_LIMIT = {"long": 70}
-# Fixed glibc malloc thresholds for every measured process (see the docstring); values already in the environment win.
+# Fixed glibc malloc thresholds for every process the bench starts (see the docstring); values already set win.
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(4 * 2**30)}
 
 
@@ -302,7 +302,7 @@ def _clock(marks: dict[str, Any]) -> Any:
 
         def on_train_batch_end(self, *_: object) -> None:
             marks.setdefault("first_step_end", time.time())
-            self.last_batch_end, self.last_batch_end_cpu, self.last_faults = time.time(), time.thread_time(), _faults()
+            self.last_batch_end, self.last_batch_end_cpu = time.time(), time.thread_time()
 
         def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
@@ -310,7 +310,7 @@ def _clock(marks: dict[str, Any]) -> Any:
                 marks["val_batches"] = int(trainer.num_val_batches[0])
                 self.val_start = time.time()
                 marks["cpu"][-1] += [self.last_batch_end_cpu, time.thread_time()]
-                marks["faults"][-1].append(self.last_faults)
+                marks["faults"][-1].append(_faults())  # here, not in every timed step
 
         def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             if not trainer.sanity_checking:
@@ -623,7 +623,7 @@ def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, 
     out = subprocess.run(
         [sys.executable, __file__, "--one", kind, "--config", config, "--workload", workload, "--t0", repr(t0),
          "--spec", str(spec), "--out", results, *(["--epochs", str(epochs)] if epochs else [])],
-        cwd=ROOT, capture_output=True, text=True, env={**ALLOCATOR, **os.environ, "PYTHONWARNINGS": "ignore"},
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     if out.returncode != 0:
         raise SystemExit(f"{kind}/{workload} failed:\n{out.stderr[-3000:]}")
@@ -663,6 +663,8 @@ def main() -> None:
             print(json.dumps(run_reference(args.spec, args.workload, args.t0)))
         return
 
+    for name, value in ALLOCATOR.items():  # inherited by every run's process (glibc reads them at its start)
+        os.environ.setdefault(name, value)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     rows, runs = [], []
     kinds = ("reference", "lightning", "template")
@@ -700,7 +702,7 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, __file__, "--one", "parts", "--config", args.config, "--workload", workload,
              "--repeats", str(args.repeats), "--out", args.out],
-            cwd=ROOT, capture_output=True, text=True, env={**ALLOCATOR, **os.environ, "PYTHONWARNINGS": "ignore"},
+            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )  # fmt: skip
         if out.returncode != 0:
             raise SystemExit(f"parts/{workload} failed:\n{out.stderr[-3000:]}")
