@@ -67,6 +67,20 @@ def check_task_fits_data(task: Any, data: Any) -> None:
             )
 
 
+def manual_optimization(task: Any, trainer: dict[str, Any]) -> dict[str, Any]:
+    """A task that steps its optimizers itself (manual optimization, ``Task.manual_step``): Lightning refuses the
+    Trainer's clipping and accumulation for it, so the task clips as the config says; accumulation is refused in one
+    sentence. Returns the Trainer arguments that change (the clipping, handed to the task)."""
+    if (trainer.get("accumulate_grad_batches") or 1) != 1:
+        raise ConfigError(
+            f"trainer.accumulate_grad_batches={trainer['accumulate_grad_batches']!r}: {type(task).__name__} steps its "
+            "optimizers itself (manual optimization), which Lightning cannot accumulate for; set it to 1 and raise "
+            "data.batch_size instead."
+        )
+    task.gradient_clipping = trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm")
+    return {"gradient_clip_val": None, "gradient_clip_algorithm": None}
+
+
 def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any], trackers: bool) -> None:
     """What runs is what the config lists: a guarantee whose callback or plugin it leaves out is lost, and one line
     each says so (nothing is added behind the config's back)."""

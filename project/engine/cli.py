@@ -24,7 +24,9 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from project.engine import faults
 from project.engine.checkpoints import load_checkpoint
-from project.engine.checks import check_fit, check_task_fits_data, kind_of, say_what_the_config_leaves_out
+from project.engine.checks import (
+    check_fit, check_task_fits_data, kind_of, manual_optimization, say_what_the_config_leaves_out,
+)  # fmt: skip
 from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in
@@ -147,6 +149,9 @@ class CLI(LightningCLI):
                 fill_in(tracker, trainer.logger)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        trainer = self.config_init[self.subcommand]["trainer"] if self.subcommand else {}
+        if not self.model.automatic_optimization:  # the task steps its optimizers itself (manual_step)
+            kwargs.update(manual_optimization(self.model, trainer))
         trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand else None
         if trackers:  # after the run directory's logger: Lightning takes the run directory from the first
             logger = self.config_init[self.subcommand]["trainer"]["logger"]

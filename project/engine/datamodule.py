@@ -2,9 +2,13 @@
 (``normalization.py``). Yours subclasses it and declares what the data is, which everything downstream reads:
 
 - ``target_kind`` and ``target_names``: ``"classes"`` (int64 class indices, a name per class) or ``"values"`` (a
-  float32 vector, a name per value, e.g. CSV columns); the net has one output per name;
+  float32 vector, a name per value, e.g. CSV columns); the net has one output per name. ``None``: data without
+  targets (a generative or self-supervised task's), whose samples are the inputs alone;
 - ``input_shape`` (e.g. (C, H, W), (features,), or (block_size,): the longest token sequence) and ``input_dtype``
-  (float32, or int64 token ids below ``len(vocabulary)``); optional ``input_names`` and ``vocabulary``;
+  (float32, or int64 token ids below ``len(vocabulary)``); optional ``input_names`` and ``vocabulary``. Several
+  inputs are named: a sample's inputs are a dict (name: tensor) and ``input_shape`` (and ``input_dtype``, where they
+  differ) a dict of the same names; each float input is standardised with statistics of its own;
+- a sample is ``(inputs, targets)``, or the inputs alone without targets (``batches.py``);
 - padding targets are ``metrics.IGNORE_INDEX``; ``collate_fn`` batches samples of different lengths;
 - ``load_dataset()`` (split here by ``split_seed``) or ``load_splits()``, and ``show(sample, ax)`` to look at one;
 - ``load_predict_inputs(path)``: a file or folder decoded as training decodes its samples, with ``predict_columns``
@@ -22,8 +26,9 @@ import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset, default_collate
 
+from project.engine.batches import named
 from project.engine.errors import ConfigError
 from project.engine.loaders import build_loader, check_loader_settings, eval_loader, run_seed, world_of
 from project.engine.normalization import as_tensors, standardized, statistics_for
@@ -35,10 +40,10 @@ from project.engine.samplers import ResumableDataLoader, ResumableSampler
 class DataModule(L.LightningDataModule):
     """Samples with targets, split by a fixed seed, served to one or many processes in the seed and epoch's order."""
 
-    target_kind: Literal["classes", "values"] = "classes"
+    target_kind: Literal["classes", "values"] | None = "classes"  # None: no targets, a sample is its inputs
     target_names: list[str]
-    input_shape: tuple[int, ...]
-    input_dtype: torch.dtype = torch.float32
+    input_shape: tuple[int, ...] | dict[str, tuple[int, ...]]  # a dict for several named inputs
+    input_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32
     input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
     vocabulary: list[str] | None = None  # token inputs: what each id is
     collate_fn: Any = None  # how samples become a batch (None: torch's default, stacking same-shaped samples)
@@ -83,13 +88,15 @@ class DataModule(L.LightningDataModule):
         self.save_hyperparameters()  # the subclass's own arguments too (Lightning walks the __init__ frames)
         self._train_loader: ResumableDataLoader | None = None
         self._train_loader_state: dict[str, int] | None = None
-        self._normalization: dict[str, list[float]] | None = None
-        self._norm_tensors: tuple[Tensor, Tensor] | None = None
+        self._normalization: dict[str, Any] | None = None
+        self._norm_tensors: dict[str | None, tuple[Tensor, Tensor]] = {}
         self.expected_normalization: dict[str, list[float]] | None = None  # a pretrained net's, handed over by the CLI
         self.train_set = self.val_set = self.test_set = self.predict_set = None
+        if not hasattr(self, "target_names"):  # data without targets has no names (a subclass sets its own after)
+            self.target_names: list[str] = []
         self.predict_columns: dict[str, list[str]] = {}  # carried into the prediction file, one value per input
         self.test_columns: dict[str, list[str]] = {}  # the same for the test split's samples, in its order
-        self._examples: tuple[Tensor, Tensor] | None = None
+        self._examples: tuple[Any, Tensor | None] | None = None
         self._restored = being_restored()
 
     def restored(self) -> bool:
@@ -99,11 +106,21 @@ class DataModule(L.LightningDataModule):
     # ---- what a subclass provides -------------------------------------------------------------------------------
 
     @property
-    def num_outputs(self) -> int:  # the net's outputs: one per class, or one per value
-        return len(self.target_names)
+    def num_outputs(self) -> int:  # the net's outputs: one per class, or one per value (0 without targets)
+        return len(self.target_names) if self.target_kind is not None else 0
+
+    @property
+    def named_inputs(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]] | None:
+        """Several inputs: name: (shape, dtype); None for one input tensor."""
+        return named(self.input_shape, self.input_dtype)
+
+    def inputs_of(self, batch: Any) -> Any:
+        """A sample's or batch's inputs: the first of (inputs, targets), or all of it without targets."""
+        return batch if self.target_kind is None else batch[0]
 
     def load_dataset(self) -> Dataset:
-        """Every sample: ``dataset[i]`` is (a tensor shaped ``input_shape``, its target as ``target_kind`` says)."""
+        """Every sample: ``dataset[i]`` is (its inputs, its target as ``target_kind`` says), or its inputs alone
+        without targets; the inputs a tensor shaped ``input_shape``, or a dict of them for several named inputs."""
         raise NotImplementedError(f"{type(self).__name__} must implement load_dataset() (or load_splits()).")
 
     def load_splits(self) -> tuple[Dataset, Dataset, Dataset]:
@@ -122,9 +139,11 @@ class DataModule(L.LightningDataModule):
 
     def load_predict_inputs(self, path: Path) -> Tensor:
         """``path``'s inputs, (N, *input_shape) in the training samples' raw units (or a Dataset of (input, -1) pairs
-        for inputs of different lengths). Here: a .npy array; subclasses read more."""
-        if path.suffix != ".npy" or not path.is_file():
-            raise ConfigError(f"data.predict_path={str(path)!r}: expected a .npy file of N x {self.input_shape}.")
+        for inputs of different lengths). Here: a .npy array, or for several named inputs a .npz file with an array
+        per name (``numpy.savez``); subclasses read more."""
+        suffix = ".npz" if self.named_inputs else ".npy"
+        if path.suffix != suffix or not path.is_file():
+            raise ConfigError(f"data.predict_path={str(path)!r}: expected a {suffix} file of N x {self.input_shape}.")
         return self.check_predict_inputs(path, np.load(path, allow_pickle=False))
 
     def run_files(self) -> dict[str, str]:
@@ -135,8 +154,11 @@ class DataModule(L.LightningDataModule):
         """What ``model.json`` says about turning raw inputs into the exported model's (a prompt's token ids)."""
         return {}
 
-    def show(self, sample: Tensor, ax: Any) -> None:
-        """Draws one raw sample on a matplotlib Axes: an image for (C, H, W) inputs, a bar per feature otherwise."""
+    def show(self, sample: Any, ax: Any) -> None:
+        """Draws one raw sample's inputs on a matplotlib Axes: an image for (C, H, W) inputs, a bar per feature
+        otherwise (of several named inputs, the first)."""
+        if isinstance(sample, dict):
+            sample = next(iter(sample.values()))
         if sample.ndim == 3:
             image = sample.permute(1, 2, 0).clamp(0, 1).numpy()
             ax.imshow(image[..., 0] if image.shape[-1] == 1 else image[..., :3], cmap="gray")
@@ -147,9 +169,16 @@ class DataModule(L.LightningDataModule):
 
     # ---- the engine -----------------------------------------------------------------------------------------------
 
-    def check_predict_inputs(self, path: Path, values: Any) -> Tensor:
-        """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and what fits."""
-        return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)
+    def check_predict_inputs(self, path: Path, values: Any) -> Any:
+        """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and what fits; for
+        several named inputs, a mapping of arrays with one per name."""
+        if (inputs := self.named_inputs) is None:
+            return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)  # type: ignore[arg-type]
+        given = sorted(getattr(values, "files", None) or values)
+        if given != sorted(inputs):
+            raise ConfigError(f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: "
+                              f"{sorted(inputs)}.")  # fmt: skip
+        return {n: check_inputs(path, values[n], shape, dtype, self.vocabulary) for n, (shape, dtype) in inputs.items()}
 
     def setup(self, stage: str | None = None) -> None:
         if stage == "predict" and self.hparams["predict_path"] and self.predict_set is None:
@@ -167,46 +196,61 @@ class DataModule(L.LightningDataModule):
         assert dataset is not None
         return dataset
 
-    def split_tensors(self, split: str, limit: int | None = None) -> tuple[Tensor, Tensor]:
-        """A split (or its first ``limit`` samples) as (raw inputs, targets) in memory, batched by ``collate_fn``."""
+    def split_tensors(self, split: str, limit: int | None = None) -> tuple[Any, Tensor | None]:
+        """A split (or its first ``limit`` samples) as (raw inputs, targets) in memory, batched as the loaders batch
+        them (``collate_fn``, else torch's ``default_collate``); targets None for data without."""
         dataset = self._split(split)
         count = len(dataset) if limit is None else min(limit, len(dataset))  # type: ignore[arg-type]
-        samples = [dataset[i] for i in range(count)]
-        if self.collate_fn is not None:  # samples of different lengths, batched as the loaders batch them
-            return self.collate_fn(samples)
-        xs, ys = zip(*samples, strict=True)
-        return torch.stack(xs), torch.stack([torch.as_tensor(y) for y in ys])
+        batch = (self.collate_fn or default_collate)([dataset[i] for i in range(count)])
+        return (batch, None) if self.target_kind is None else (batch[0], batch[1])
 
-    def split_targets(self, split: str) -> Tensor:
+    def split_targets(self, split: str) -> Tensor | None:
         """A whole split's targets alone (without decoding the inputs, when they are in-memory tensors)."""
+        if self.target_kind is None:
+            return None
         dataset = self._split(split)
         if isinstance(dataset, Subset) and isinstance(dataset.dataset, TensorDataset):
             return dataset.dataset.tensors[1][list(dataset.indices)]
         return torch.stack([torch.as_tensor(dataset[i][1]) for i in range(len(dataset))])  # type: ignore[arg-type]
 
     @property
-    def normalization(self) -> dict[str, list[float]] | None:
-        """{"mean": [...], "std": [...]} per channel (feature); None without ``normalize``, and for token ids. Computed
-        on first use (the net's expected statistics, else the training split's) unless a checkpoint restored it."""
-        if not self.input_dtype.is_floating_point:
+    def normalization(self) -> dict[str, Any] | None:
+        """{"mean": [...], "std": [...]} per channel (feature); for several named inputs, name: that (float inputs
+        only); None without ``normalize``, and for token ids. Computed on first use (the net's expected statistics,
+        else the training split's) unless a checkpoint restored it."""
+        inputs = self.named_inputs
+        floats = [d for _, d in inputs.values()] if inputs else [self.input_dtype]
+        if not any(d.is_floating_point for d in floats):  # type: ignore[union-attr]
             return None
         if self.hparams["normalize"] and self._normalization is None:
             self._normalization = statistics_for(self)
         return self._normalization
 
-    def normalize(self, x: Tensor) -> Tensor:
-        """Raw inputs -> what the net sees (identity without ``normalize``)."""
+    def normalize(self, inputs: Any) -> Any:
+        """Raw inputs (one tensor, several named ones, or a tuple of such) -> what the net sees (identity without
+        ``normalize``); a named input without statistics (token ids, a mask) passes unchanged."""
         stats = self.normalization
         if stats is None:
+            return inputs
+        if isinstance(inputs, list | tuple):
+            return type(inputs)(self.normalize(x) for x in inputs)
+        if isinstance(inputs, dict):
+            return {name: self._standardized(x, stats.get(name), name) for name, x in inputs.items()}
+        return self._standardized(inputs, stats, None)
+
+    def _standardized(self, x: Tensor, stats: dict[str, list[float]] | None, name: str | None) -> Tensor:
+        if stats is None:
             return x
-        if self._norm_tensors is None or self._norm_tensors[0].device != x.device:  # once per device
-            self._norm_tensors = as_tensors(stats, len(self.input_shape), x.device)
-        return standardized(x, *self._norm_tensors)
+        if name not in self._norm_tensors or self._norm_tensors[name][0].device != x.device:  # once per device
+            self._norm_tensors[name] = as_tensors(stats, x.ndim - 1, x.device)
+        return standardized(x, *self._norm_tensors[name])
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        if isinstance(batch, Tensor):  # inputs alone: the task's example_input_array, for the model summary
-            return self.normalize(batch)
-        return self.normalize(batch[0]), batch[1]
+        # (inputs, targets), or the inputs alone: data without targets, or the task's example_input_array for the
+        # model summary (a batch of one: a tensor, or (inputs,) for named inputs).
+        if self.target_kind is not None and isinstance(batch, list | tuple) and len(batch) == 2:
+            return self.normalize(batch[0]), batch[1]
+        return self.normalize(batch)
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"
@@ -230,12 +274,12 @@ class DataModule(L.LightningDataModule):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._train_loader_state = state.get("train_loader")
         if state.get("normalization") is not None:
-            self._normalization, self._norm_tensors = state["normalization"], None
-        if state.get("examples") is not None and state.get("example_targets") is not None:
-            self._examples = state["examples"], state["example_targets"]
+            self._normalization, self._norm_tensors = state["normalization"], {}
+        if state.get("examples") is not None:
+            self._examples = state["examples"], state.get("example_targets")
 
-    def examples(self) -> tuple[Tensor, Tensor]:
-        """The first ``EXAMPLES`` test inputs, raw, with their targets (a restored checkpoint's)."""
+    def examples(self) -> tuple[Any, Tensor | None]:
+        """The first ``EXAMPLES`` test inputs, raw, with their targets (None without; a restored checkpoint's)."""
         if self._examples is None:
             self._examples = self.split_tensors("test", EXAMPLES)
         return self._examples

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from project.engine import batches
 from project.engine.errors import ConfigError
 
 # Max |difference| allowed between the exported models' outputs and the trained one's, relative to the outputs'
@@ -34,25 +35,27 @@ class ParityError(RuntimeError):
 
 
 class Normalized(nn.Module):
-    """(x - mean) / std per channel (feature), then the net and the task's output head: what the trained model
-    sees and outputs, from raw inputs."""
+    """(x - mean) / std per channel (feature) of each input, then the net and the task's output head: what the trained
+    model sees and outputs, from raw inputs. The inputs come positionally, one per name of ``names`` (several named
+    inputs, handed to the net as keyword arguments) or the one tensor (``names`` None): each its own exported input."""
 
     def __init__(
-        self, net: nn.Module, normalization: dict[str, list[float]] | None, ndim: int, head: nn.Module
-    ) -> None:
+        self, net: nn.Module, normalization: list[dict[str, list[float]] | None], ndims: list[int], head: nn.Module,
+        names: list[str] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.net, self.head = net, head
-        view = (-1,) + (1,) * (ndim - 1)
-        stats = normalization or {"mean": [0.0], "std": [1.0]}
-        self.register_buffer("mean", torch.tensor(stats["mean"]).view(view))
-        self.register_buffer("std", torch.tensor(stats["std"]).view(view))
-        self.identity = normalization is None
+        self.net, self.head, self.names = net, head, names
+        self.identity = [stats is None for stats in normalization]
+        for i, (stats, ndim) in enumerate(zip(normalization, ndims, strict=True)):
+            view = (-1,) + (1,) * (ndim - 1)
+            stats = stats or {"mean": [0.0], "std": [1.0]}
+            self.register_buffer(f"mean_{i}", torch.tensor(stats["mean"]).view(view))
+            self.register_buffer(f"std_{i}", torch.tensor(stats["std"]).view(view))
 
-    mean: Tensor
-    std: Tensor
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.net(x if self.identity else (x - self.mean) / self.std))
+    def forward(self, *inputs: Tensor) -> Tensor:
+        xs = [x if self.identity[i] else (x - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
+              for i, x in enumerate(inputs)]  # fmt: skip
+        return self.head(self.net(**dict(zip(self.names, xs, strict=True))) if self.names else self.net(xs[0]))
 
 
 def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, Any]:
@@ -72,19 +75,29 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     model, data = load_run(checkpoint, read_data=False)
     inputs, _ = data.examples()  # the checkpoint's test inputs: the same check on any machine, with or without the data
     head = model.output_head()
-    net = Normalized(model.net, data.normalization, len(data.input_shape), head).eval()
+    named = data.named_inputs  # several inputs: one exported input each, by name, in the DataModule's order
+    names = list(named) if named else ["inputs"]
+    stats = data.normalization
+    net = Normalized(
+        model.net, [(stats or {}).get(n) for n in names] if named else [stats],
+        [len(named[n][0]) for n in names] if named else [len(data.input_shape)], head, names if named else None,
+    ).eval()  # fmt: skip
     output = model.output_description()
-    dynamic: dict[int, Any] = {0: torch.export.Dim("batch")}
-    sequences = not data.input_dtype.is_floating_point and len(data.input_shape) == 1
+    batch = torch.export.Dim("batch")
+    dynamic: list[dict[int, Any]] = [{0: batch} for _ in names]
+    sequences = not named and not data.input_dtype.is_floating_point and len(data.input_shape) == 1
     if sequences:  # token ids: a prompt of any length up to the block
-        dynamic[1] = torch.export.Dim("sequence", min=1, max=data.input_shape[0])
-    example = (inputs[:2],)
+        dynamic[0][1] = torch.export.Dim("sequence", min=1, max=data.input_shape[0])
 
+    def positional(x: Any) -> tuple[Tensor, ...]:
+        return tuple(x[n] for n in names) if named else (x,)
+
+    example = positional(batches.first(inputs, 2))
     out = checkpoint.parent
-    program = torch.export.export(net, example, dynamic_shapes=(dynamic,))
+    program = torch.export.export(net, example, dynamic_shapes=tuple(dynamic))
     torch.export.save(program, out / "model.pt2")
     torch.onnx.export(
-        net, example, out / "model.onnx", dynamic_shapes=(dynamic,), input_names=["inputs"],
+        net, example, out / "model.onnx", dynamic_shapes=tuple(dynamic), input_names=names,
         output_names=[output["name"]], opset_version=OPSET,
     )  # fmt: skip
 
@@ -94,14 +107,14 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
     loaded = torch.export.load(out / "model.pt2").module()
     parity = {}
-    some = min(37, len(inputs))
+    some = min(37, batches.size(inputs))
     lengths = sorted({1, max(1, data.input_shape[0] // 2)}) if sequences else []
     with torch.inference_mode():
-        checks = [(inputs, reference), (inputs[:1], reference[:1]), (inputs[:some], reference[:some])]
+        checks = [(inputs, reference), *((batches.first(inputs, n), reference[:n]) for n in (1, some))]
         checks += [(inputs[:some, :n], head(model(inputs[:some, :n]))) for n in lengths]
     for name, run in {
-        "onnx": lambda x: torch.from_numpy(session.run(None, {"inputs": x.numpy()})[0]),
-        "pt2": lambda x: loaded(x).detach(),
+        "onnx": lambda x: torch.from_numpy(session.run(None, dict(zip(names, (t.numpy() for t in positional(x)))))[0]),
+        "pt2": lambda x: loaded(*positional(x)).detach(),
     }.items():
         # The checkpoint's test inputs, then batches of 1 and 37: the batch dimension is dynamic; token sequences also
         # cut to 1 token and to half the block, each against the trained model on the same inputs.
@@ -113,26 +126,35 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
                 f"{tolerance} x their scale {scale:.3g}"
             )
 
-    metadata = {
-        "checkpoint": checkpoint.name,
-        "files": {"onnx": "model.onnx", "torch_export": "model.pt2"},
-        "data": data.hparams.get("_class_path") or f"{type(data).__module__}.{type(data).__qualname__}",
-        "input": {
+    learned = {name: getattr(data, name) for name in type(data).learned if name not in DataModule.learned}
+    units = "raw, as the DataModule's load_predict_inputs decodes them"
+    if named:  # one entry per exported input, in the order the model takes them
+        described: dict[str, Any] = {"inputs": [
+            {"name": n, "shape": ["batch", *shape], "dtype": str(dtype).removeprefix("torch."), "units": units,
+             "normalization": (stats or {}).get(n)} for n, (shape, dtype) in named.items()
+        ], **learned, **data.input_description()}  # fmt: skip
+    else:
+        described = {"input": {
             "name": "inputs", "shape": ["batch", *(["sequence"] if sequences else data.input_shape)],
             "dtype": str(data.input_dtype).removeprefix("torch."),
             **({"max_sequence": data.input_shape[0], "vocabulary": len(data.vocabulary or [])} if sequences else {}),
-            "units": "raw, as the DataModule's load_predict_inputs decodes them",
+            "units": units,
             "normalization": data.normalization,
             **({"normalization_inside": True} if data.normalization is not None else {}),
             **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
             # What else the DataModule learned to turn raw files into these inputs (a table's encoding).
-            **{name: getattr(data, name) for name in type(data).learned if name not in DataModule.learned},
+            **learned,
             **data.input_description(),
-        },
+        }}  # fmt: skip
+    metadata = {
+        "checkpoint": checkpoint.name,
+        "files": {"onnx": "model.onnx", "torch_export": "model.pt2"},
+        "data": data.hparams.get("_class_path") or f"{type(data).__module__}.{type(data).__qualname__}",
+        **described,
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,
         "onnx_opset": OPSET,
-        "parity": {"inputs": f"the first {len(inputs)} test inputs, batch sizes 1 and {some}"
+        "parity": {"inputs": f"the first {batches.size(inputs)} test inputs, batch sizes 1 and {some}"
                    + (f", sequence lengths {lengths} and {data.input_shape[0]}" if sequences else ""),
                    "tolerance": f"{tolerance} x max(1, max |output|) = {tolerance * scale:.3g}", **parity},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},

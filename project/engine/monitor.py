@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.distributed.tensor import DTensor
 
+from project.engine import batches
 from project.engine.accumulation import is_last_micro_batch
 from project.engine.metrics import IGNORE_INDEX
 
@@ -77,7 +78,7 @@ class TrainingMonitor(L.Callback):
         try:
             with torch.random.fork_rng(devices=[]), torch.no_grad(), FlopCounterMode(display=False) as counter:
                 pl_module.eval()
-                pl_module(batch[0])
+                pl_module(pl_module.split_batch(batch)[0])  # type: ignore[operator]
         finally:
             pl_module.train(training)
         self._flops_per_batch = 3 * counter.get_total_flops()
@@ -98,12 +99,13 @@ class TrainingMonitor(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._flops_per_batch is None and isinstance(batch, list | tuple):
+        if self._flops_per_batch is None:
             self._count_flops(pl_module, batch)
         now = self._last_end = time.perf_counter()
-        self._samples += len(batch[0]) if isinstance(batch, list | tuple) else 0
+        inputs, targets = pl_module.split_batch(batch)  # type: ignore[operator]
+        self._samples += batches.size(inputs)
         if getattr(pl_module, "counted", "samples") == "tokens":
-            self._tokens = self._tokens + (batch[1] != IGNORE_INDEX).sum()  # on the device: read once per window
+            self._tokens = self._tokens + (targets != IGNORE_INDEX).sum()  # on the device: read once per window
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
         # After an optimizer step's last micro-batch only (its private read: accumulation.py).

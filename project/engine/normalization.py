@@ -2,6 +2,7 @@
 and standard deviation per channel (per feature for a table), or those the net declares it expects (a pretrained
 backbone's). Plain lists of floats, so a checkpoint that keeps them still loads with ``weights_only=True``."""
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,36 +29,54 @@ def declared_statistics(stats: dict[str, list[float]], channels: int) -> dict[st
     return {"mean": mean, "std": std}
 
 
-def training_statistics(train_set: Dataset, channels: int, seed: int, workers: int) -> dict[str, list[float]]:
+def training_statistics(
+    train_set: Dataset, channels: dict[Any, int], seed: int, workers: int, inputs_of: Callable[[Any], Any]
+) -> dict[Any, dict[str, list[float]]]:
     """The mean and standard deviation per channel (dimension 0 of a sample) of up to ``NORMALIZATION_SAMPLES``
-    training samples, drawn with ``seed``, in float64."""
+    training samples, drawn with ``seed``, in float64: for each input ``channels`` names (None: the one input tensor
+    ``inputs_of`` a batch returns; else its named inputs)."""
     n = len(train_set)  # type: ignore[arg-type]
     picked = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     subset = Subset(train_set, sorted(picked[:NORMALIZATION_SAMPLES].tolist()))
-    total = torch.zeros(channels, dtype=torch.float64)
-    total_sq, count = torch.zeros(channels, dtype=torch.float64), 0
+    total = {name: torch.zeros(c, dtype=torch.float64) for name, c in channels.items()}
+    total_sq = {name: torch.zeros(c, dtype=torch.float64) for name, c in channels.items()}
+    count = dict.fromkeys(channels, 0)
     # A generator of its own: an iterator over a loader without one draws its worker seed from the global RNG, which
     # would shift every later dropout mask of the run depending on whether inputs are normalised.
     loader = DataLoader(subset, batch_size=256, num_workers=workers, generator=torch.Generator())
-    for x, _ in loader:
-        x = x.double().transpose(0, 1).flatten(1)  # (channel or feature, everything else)
-        total, total_sq, count = total + x.sum(1), total_sq + (x * x).sum(1), count + x.shape[1]
-    mean = total / count
-    std = (total_sq / count - mean * mean).clamp_min(0).sqrt().clamp_min(1e-6)  # a constant input stays finite
-    return {"mean": mean.tolist(), "std": std.tolist()}
+    for batch in loader:
+        inputs = inputs_of(batch)
+        for name in channels:
+            x = (inputs if name is None else inputs[name]).double().transpose(0, 1).flatten(1)  # (channel, the rest)
+            total[name], total_sq[name] = total[name] + x.sum(1), total_sq[name] + (x * x).sum(1)
+            count[name] += x.shape[1]
+    stats = {}
+    for name in channels:
+        mean = total[name] / count[name]
+        std = (total_sq[name] / count[name] - mean * mean).clamp_min(0).sqrt().clamp_min(1e-6)  # a constant stays finite
+        stats[name] = {"mean": mean.tolist(), "std": std.tolist()}
+    return stats
 
 
 def statistics_for(datamodule: Any) -> dict[str, list[float]]:
     """The statistics ``data.normalize`` asks for: those the net expects (``expected_normalization``, handed over by
     the CLI) unless it is ``train``, else the training split's."""
-    settings, channels = datamodule.hparams, datamodule.input_shape[0]
+    settings, named = datamodule.hparams, datamodule.named_inputs
+    # For several named inputs, each float one has statistics of its own (token ids, masks: none).
+    channels = {n: s[0] for n, (s, d) in named.items() if d.is_floating_point} if named else {None: datamodule.input_shape[0]}
     expected = datamodule.expected_normalization if settings["normalize"] is True else None
+    if expected and named:
+        raise ConfigError(
+            f"The net expects inputs normalised with its own statistics, but the data has several named inputs "
+            f"({', '.join(named)}): set data.normalize=train (each input's training statistics) or false."
+        )
     if expected:
-        return declared_statistics(expected, channels)
+        return declared_statistics(expected, channels[None])
     if datamodule.train_set is None:
         datamodule.setup("fit")
     workers = worker_count(settings["num_workers"], datamodule.trainer)
-    return training_statistics(datamodule.train_set, channels, settings["split_seed"], workers)
+    stats = training_statistics(datamodule.train_set, channels, settings["split_seed"], workers, datamodule.inputs_of)
+    return stats if named else stats[None]
 
 
 def as_tensors(stats: dict[str, list[float]], ndim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

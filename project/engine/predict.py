@@ -12,8 +12,9 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
-from torch.utils.data import Dataset, TensorDataset
+from torch.utils.data import Dataset
 
+from project.engine import batches
 from project.engine.errors import ConfigError
 
 
@@ -83,12 +84,27 @@ def check_inputs(
     return inputs
 
 
+class InputRows(Dataset):
+    """Samples of decoded inputs (a tensor, or a dict of them: several named inputs), each shaped as the training
+    samples are: (inputs, -1) where the data has targets (none known), the inputs alone where it has none."""
+
+    def __init__(self, inputs: Tensor | dict[str, Tensor], with_targets: bool) -> None:
+        self.inputs, self.with_targets = inputs, with_targets
+
+    def __len__(self) -> int:
+        return batches.size(self.inputs)
+
+    def __getitem__(self, i: int) -> Any:
+        sample = batches.each(self.inputs, lambda t: t[i])
+        return (sample, torch.tensor(-1)) if self.with_targets else sample
+
+
 def read_predict_set(datamodule: Any, path: Path) -> Dataset:
-    """What ``predict`` runs on: the inputs ``datamodule.load_predict_inputs`` decodes from ``path``, with no targets
-    (-1) where it returns a tensor."""
+    """What ``predict`` runs on: the inputs ``datamodule.load_predict_inputs`` decodes from ``path`` (a tensor, or a
+    dict of them for several named inputs, or a Dataset of its own), with no targets (-1)."""
     if not path.exists():
         raise ConfigError(f"data.predict_path={str(path)!r}: no such file or folder.")
     inputs = datamodule.load_predict_inputs(path)
-    if isinstance(inputs, Tensor):
-        return TensorDataset(inputs, torch.full((len(inputs),), -1, dtype=torch.int64))
+    if isinstance(inputs, Tensor | dict):
+        return InputRows(inputs, datamodule.target_kind is not None)
     return inputs

@@ -4,7 +4,11 @@ A task (``project/tasks/``) subclasses ``Task`` and declares:
 
 - ``monitor`` and ``mode``: the metric it is judged by and its direction (``"val/acc"``, ``"max"``), which the best
   checkpoint, early stopping, ``make runs`` and ``make sweep`` read unless the config names another;
-- ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``);
+- ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``; None:
+  none, as a generative or self-supervised task), and ``split_batch``, how a batch splits into what the net takes and
+  what the loss compares, if not (inputs, targets) (``batches.py``: one tensor or several named inputs);
+- ``cannot_promise``: the guarantees of the contract suite its loss cannot hold, each with why (in-batch negatives:
+  a micro-batch's loss is no share of the big batch's, so neither accumulation nor DDP equals the big batch);
 - ``counted``: what its loss averages over: ``"samples"``, or ``"tokens"`` (a loss per position, where a target of
   ``IGNORE_INDEX`` counts for nothing), weighted by token over the whole optimizer step;
 - ``class_dim``: where a class-scored output keeps its classes (1: (batch, classes, ...); -1: (batch, ..., classes));
@@ -26,14 +30,17 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
 from project import recipe
-from project.engine import accumulation, checkpoints, finetuning, monitored, rng, sharding
+from project.engine import accumulation, batches, checkpoints, finetuning, monitored, rng, sharding
 from project.engine.datamodule import DataModule
+from project.engine.errors import ConfigError
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
 from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
 from project.engine.monitor import is_logging_step
 from project.recipe import OptimizerCallable, ScheduleCallable, WarmupCosine
 
-Batch = tuple[Tensor, Tensor]
+Batch = Any  # whatever the DataModule yields: (inputs, targets), or the inputs alone (split_batch)
+# The contract suite's guarantees a task may declare it cannot hold (``cannot_promise``), each skipped with its reason.
+PROMISES = ("accumulation_equals_the_big_batch", "two_processes_equal_one", "learns_one_batch_by_heart")
 
 
 class Task(L.LightningModule):
@@ -41,16 +48,23 @@ class Task(L.LightningModule):
 
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
-    target_kind: Literal["classes", "values"] = "classes"
+    target_kind: Literal["classes", "values"] | None = "classes"
     counted: Literal["samples", "tokens"] = "samples"
     class_dim: int = 1
     settable_at_predict: tuple[str, ...] = ()
+    cannot_promise: dict[str, str] = {}  # noqa: RUF012  (a class's declaration: promise -> why, among PROMISES)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if unknown := sorted(set(cls.cannot_promise) - set(PROMISES)):
+            raise TypeError(f"{cls.__name__}.cannot_promise names {unknown}: a task may waive only {list(PROMISES)}.")
 
     def __init__(
         self,
         net: nn.Module,
         target_names: list[str] | None = None,
         optimizer: OptimizerCallable = torch.optim.AdamW,
+        optimizers: dict[str, OptimizerCallable] | None = None,
         warmup: int | float = 0.05,
         schedule: ScheduleCallable = WarmupCosine,
         compile: bool | str = False,
@@ -64,6 +78,9 @@ class Task(L.LightningModule):
             net: the network, any ``nn.Module`` mapping a batch of inputs to the task's outputs.
             target_names: the names of the targets (classes, or value columns), linked from the DataModule.
             optimizer: any ``torch.optim`` optimizer by class path, with its own arguments (``lr``: the peak).
+            optimizers: for a task that steps several (manual optimization: a GAN), one per part of the net, each the
+                net's submodule of that name, with the recipe's parameter groups and a schedule of its own (instead of
+                ``optimizer``). ``manual_step`` steps one; the run's step count is the first one's steps.
             warmup: linear warmup: an int is a number of optimizer steps, a float in [0, 1) a fraction of the run's.
             schedule: the LR schedule per optimizer step (``project/recipe.py``: ``WarmupCosine``, ``WarmupLinear``,
                 ``WarmupConstant``, ``WarmupStableDecay``), or a class built as ``cls(optimizer, total, warmup)``.
@@ -81,9 +98,13 @@ class Task(L.LightningModule):
         finetuning.check_finetuning(net, freeze_backbone, backbone_lr_scale)
         # From the CLI the hparams are plain config (weights_only loads); by hand net, optimizer, schedule are objects.
         # Private: no public way to ask (Lightning #20726, #20432); the weights-only checkpoint tests fail without it.
-        self.save_hyperparameters(ignore=None if _given_hyperparameters.get() else ["net", "optimizer", "schedule"])
+        self.save_hyperparameters(
+            ignore=None if _given_hyperparameters.get() else ["net", "optimizer", "optimizers", "schedule"]
+        )
         self.net = net
-        self.optimizer, self.schedule = optimizer, schedule
+        self.optimizer, self.optimizers_of_parts, self.schedule = optimizer, optimizers, schedule
+        # Under manual optimization the task clips (Lightning refuses the Trainer's flag): the CLI hands it over.
+        self.gradient_clipping: tuple[float | None, str | None] = (None, None)
         self.target_names = list(target_names or [])
         # No NaN check (a host sync per update): a NaN loss shows in the curve anyway, and EarlyStopping stops on it.
         self.train_loss = MeanMetric(nan_strategy="disable")
@@ -97,8 +118,15 @@ class Task(L.LightningModule):
 
     # ---- what a task says ---------------------------------------------------------------------------------------
 
+    def split_batch(self, batch: Batch) -> tuple[Any, Any]:
+        """(what the net takes, what the loss compares): the pair itself, or (the batch, None) without targets."""
+        if self.target_kind is None:
+            return batch, None
+        inputs, targets = batch
+        return inputs, targets
+
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
-        """The loss of each sample (or pixel), unreduced."""
+        """The loss of each sample (or pixel), unreduced (``targets`` None for a task without)."""
         raise NotImplementedError(f"{type(self).__name__} must implement loss(outputs, targets).")
 
     def configure_metrics(self) -> MetricCollection:
@@ -140,8 +168,8 @@ class Task(L.LightningModule):
             self.net.compile(**({} if compile is True else {"backend": compile}))
             self._compiled = True
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
+    def forward(self, inputs: Any) -> Any:
+        return batches.call(self.net, inputs)  # several named inputs as keyword arguments
 
     def setup(self, stage: str) -> None:
         # Set by Lightning, it makes torch's CUDA build dlopen NVML every optimizer step of a CPU run: none needs it.
@@ -151,7 +179,9 @@ class Task(L.LightningModule):
         data: Any = getattr(self.trainer, "datamodule", None)
         engine_hook = getattr(type(data), "on_after_batch_transfer", None) is DataModule.on_after_batch_transfer
         if stage == "fit" and engine_hook and not self.hparams.get("compile"):  # yours may unpack (inputs, targets)
-            self.example_input_array = self.trainer.precision_plugin.convert_input(data.split_tensors("val", 1)[0])
+            inputs = data.split_tensors("val", 1)[0]  # a batch of one; named inputs wrapped: the summary would spread
+            inputs = inputs if isinstance(inputs, Tensor) else (inputs,)  # a dict as keyword arguments
+            self.example_input_array = self.trainer.precision_plugin.convert_input(inputs)
 
     def on_fit_start(self) -> None:
         # A fresh run only: a resumed one has restored its weights, and what it started from may be gone.
@@ -174,7 +204,7 @@ class Task(L.LightningModule):
         return self
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        x, y = batch
+        x, y = self.split_batch(batch)
         losses = self.loss(self(x), y)
         if self.counted == "tokens":
             # The sum, not the mean: the backward hook divides the whole step's gradient by its token count.
@@ -200,7 +230,7 @@ class Task(L.LightningModule):
         super().backward(loss, *args, **kwargs)
 
     def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> dict[str, Tensor]:
-        x, y = batch
+        x, y = self.split_batch(batch)
         outputs = self(x)
         update_mean_loss(loss_metric, self.loss(outputs, y), y, self.counted)
         self.update_metrics(metrics, outputs, y)
@@ -226,7 +256,7 @@ class Task(L.LightningModule):
         self.log_epoch("test", self.test_loss, self.test_metrics)
 
     def predict_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self.prediction(self(batch[0]))
+        return self.prediction(self(self.split_batch(batch)[0]))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rng_states"] = rng.capture_rng_state()
@@ -241,10 +271,62 @@ class Task(L.LightningModule):
         if self._trainer is not None and self.trainer.state.fn == "fit" and "rng_states" in checkpoint:
             rng.restore_rng_state(checkpoint["rng_states"])
 
+    def manual_step(self, part: str, loss: Tensor) -> None:
+        """Manual optimization with ``optimizers``: ``loss`` back-propagated into the net's ``part`` alone (the other
+        parts' gradients kept off), clipped as the config's ``trainer.gradient_clip_val`` says, then that part's
+        optimizer and schedule step. Each step counts toward the run's steps (``max_steps``, the schedules' length,
+        logging, ``val_check_interval``) only for the first part named in ``optimizers``: one step per batch."""
+        index = list(self.optimizers_of_parts or {}).index(part)
+        optimizer = _listed(self.optimizers())[index]
+        self.toggle_optimizer(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        value, algorithm = self.gradient_clipping
+        if value:
+            self.clip_gradients(optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+        if index > 0:
+            # Private: Lightning counts every optimizer's step in global_step (Lightning #17958, open; PR #19589), so
+            # two optimizers would halve max_steps and the schedules. Only the first part's steps count; the loop
+            # sets these two hooks again at every batch.
+            optimizer._on_before_step = optimizer._on_after_step = _nothing
+        optimizer.step()
+        _listed(self.lr_schedulers())[index].step()
+        self.untoggle_optimizer(optimizer)
+
     def configure_optimizers(self) -> Any:
+        if self.optimizers_of_parts:
+            return self._optimizers_of_parts()
         # The recipe (project/recipe.py); a fine-tuned backbone has groups of its own all run long (frozen: no grads).
         groups = recipe.param_groups(self, finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"])
         optimizer = recipe.build_optimizer(self.optimizer, groups)
         total, warmup = recipe.planned_run(self.trainer, self.hparams["warmup"])
         scheduler = self.schedule(optimizer, total, warmup)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+    def _optimizers_of_parts(self) -> list[dict[str, Any]]:
+        """One optimizer and schedule per part of the net ``optimizers`` names, stepped by the task (``manual_step``)."""
+        if self.automatic_optimization:
+            raise ConfigError(
+                f"model.optimizers names {list(self.optimizers_of_parts or {})}: several optimizers are stepped by "
+                f"the task itself, and {type(self).__name__} leaves automatic_optimization on; set "
+                "self.automatic_optimization = False in its __init__ and step each with self.manual_step(part, loss)."
+            )
+        total, warmup = recipe.planned_run(self.trainer, self.hparams["warmup"])
+        steps = []
+        for part, make in (self.optimizers_of_parts or {}).items():
+            module = getattr(self.net, part, None)
+            if not isinstance(module, nn.Module):
+                parts = [name for name, _ in self.net.named_children()]
+                raise ConfigError(f"model.optimizers names {part!r}, which is no part of the net; its parts: {parts}.")
+            optimizer = recipe.build_optimizer(make, recipe.param_groups(module))
+            scheduler = {"scheduler": self.schedule(optimizer, total, warmup), "interval": "step", "name": f"lr-{part}"}
+            steps.append({"optimizer": optimizer, "lr_scheduler": scheduler})
+        return steps
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _nothing() -> None:
+    pass
