@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset
 from toy import Classifier, Digits
 
+from project.engine import batches
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.provenance import Provenance
 
@@ -66,7 +67,7 @@ class Recorder(L.Callback):
             self.dataset.seen.clear()
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
-        self.batch_sizes.append(len(batch[1]))
+        self.batch_sizes.append(batches.size(pl_module.split_batch(batch)[0]))  # type: ignore[operator]
         self.modes.append(("train", pl_module.training, torch.is_grad_enabled(), False))
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
@@ -88,7 +89,8 @@ class Recorder(L.Callback):
 
     def _eval_probe(self, stage: str, pl_module: L.LightningModule, batch: Any) -> None:
         # Two forwards on the same batch agree only if dropout is off (eval mode).
-        same = torch.equal(pl_module(batch[0]), pl_module(batch[0]))
+        inputs = pl_module.split_batch(batch)[0]  # type: ignore[operator]
+        same = torch.equal(pl_module(inputs), pl_module(inputs))
         self.modes.append((stage, pl_module.training, torch.is_grad_enabled(), same))
 
     def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, *_: Any) -> None:

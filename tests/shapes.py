@@ -19,6 +19,7 @@ from toy import Digits
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
+from project.engine.datamodule import DataModule
 from project.engine.task import Task
 
 
@@ -44,6 +45,8 @@ class TwoInputs(Digits):
     def __init__(self, **engine: Any) -> None:
         super().__init__(**engine)
         self.input_shape = {"image": (1, 8, 8), "tabular": (5,)}  # type: ignore[assignment]
+
+    load_predict_inputs = DataModule.load_predict_inputs  # the engine's: a .npz file, an array per input
 
     def load_dataset(self) -> Dataset:
         return _Samples(super().load_dataset(), "two_inputs")

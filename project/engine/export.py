@@ -15,6 +15,7 @@ sequences (int64 inputs shaped (block_size,)) any length from 1 to the block siz
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,17 @@ class ParityError(RuntimeError):
 
 
 class Normalized(nn.Module):
-    """(x - mean) / std per channel (feature) of each input, then the net and the task's output head: what the trained
-    model sees and outputs, from raw inputs. The inputs come positionally, one per name of ``names`` (several named
-    inputs, handed to the net as keyword arguments) or the one tensor (``names`` None): each its own exported input."""
+    """(x - mean) / std per channel (feature) of each input, then the task's forward (its net, or what the task
+    computes around it) and its output head: what the trained model sees and outputs, from raw inputs. The inputs come
+    positionally, one per name of ``names`` (several named inputs, handed over as a dict) or the one tensor (``names``
+    None): each its own exported input."""
 
     def __init__(
-        self, net: nn.Module, normalization: list[dict[str, list[float]] | None], ndims: list[int], head: nn.Module,
+        self, task: nn.Module, normalization: list[dict[str, list[float]] | None], ndims: list[int], head: nn.Module,
         names: list[str] | None = None,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.net, self.head, self.names = net, head, names
+        self.task, self.head, self.names = task, head, names
         self.identity = [stats is None for stats in normalization]
         for i, (stats, ndim) in enumerate(zip(normalization, ndims, strict=True)):
             view = (-1,) + (1,) * (ndim - 1)
@@ -55,7 +57,7 @@ class Normalized(nn.Module):
     def forward(self, *inputs: Tensor) -> Tensor:
         xs = [x if self.identity[i] else (x - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
               for i, x in enumerate(inputs)]  # fmt: skip
-        return self.head(self.net(**dict(zip(self.names, xs, strict=True))) if self.names else self.net(xs[0]))
+        return self.head(self.task(dict(zip(self.names, xs, strict=True)) if self.names else xs[0]))
 
 
 def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, Any]:
@@ -79,7 +81,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     names = list(named) if named else ["inputs"]
     stats = data.normalization
     net = Normalized(
-        model.net, [(stats or {}).get(n) for n in names] if named else [stats],
+        model, [(stats or {}).get(n) for n in names] if named else [stats],
         [len(named[n][0]) for n in names] if named else [len(data.input_shape)], head, names if named else None,
     ).eval()  # fmt: skip
     output = model.output_description()
@@ -94,12 +96,14 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 
     example = positional(batches.first(inputs, 2))
     out = checkpoint.parent
-    program = torch.export.export(net, example, dynamic_shapes=tuple(dynamic))
+    program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs): one spec
     torch.export.save(program, out / "model.pt2")
-    torch.onnx.export(
-        net, example, out / "model.onnx", dynamic_shapes=tuple(dynamic), input_names=names,
-        output_names=[output["name"]], opset_version=OPSET,
-    )  # fmt: skip
+    with warnings.catch_warnings():  # several inputs share the batch dimension: ONNX says it names it once
+        warnings.filterwarnings("ignore", "The axis name: batch will not be used")
+        torch.onnx.export(
+            net, example, out / "model.onnx", dynamic_shapes=(tuple(dynamic),), input_names=names,
+            output_names=[output["name"]], opset_version=OPSET,
+        )  # fmt: skip
 
     with torch.inference_mode():
         reference = head(model(data.normalize(inputs)))  # the trained model, as Lightning feeds it
