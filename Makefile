@@ -47,7 +47,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast contract check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -147,6 +147,10 @@ test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WOR
 test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
+
+contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/gan.yaml
+	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
+		--no-loadscope-reorder -m "not manual" tests/test_contract.py $(ARGS)
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)

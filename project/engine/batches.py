@@ -12,6 +12,8 @@ import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 
+from project.engine.errors import ConfigError
+
 Inputs = Tensor | dict[str, Tensor]
 
 
@@ -41,3 +43,39 @@ def named(shape: Any, dtype: Any) -> dict[str, tuple[tuple[int, ...], torch.dtyp
     if not isinstance(shape, dict):
         return None
     return {name: (tuple(s), dtype[name] if isinstance(dtype, dict) else dtype) for name, s in shape.items()}
+
+
+def describe(value: Any) -> str:
+    """A sample's part, in words: what it is and its shape or keys."""
+    if isinstance(value, Tensor):
+        return f"a tensor shaped {tuple(value.shape)}"
+    if isinstance(value, dict):
+        return f"a dict with the keys {list(value)}"
+    if isinstance(value, list | tuple):
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(describe(v) for v in value[:3])})"
+    return f"a {type(value).__name__}"
+
+
+def check_sample(data: Any, sample: Any) -> None:
+    """A DataModule's first training sample against its declarations: a ``ConfigError`` in one sentence otherwise."""
+    name, inputs = type(data).__name__, sample
+    if data.target_kind is not None:
+        if not (isinstance(sample, list | tuple) and len(sample) == 2):
+            raise ConfigError(
+                f"{name} declares target_kind={data.target_kind!r}, so a sample is (inputs, target), but its first "
+                f"training sample is {describe(sample)}: return (inputs, target) from the dataset, or set "
+                "target_kind = None for data without targets."
+            )
+        inputs = sample[0]
+    named = data.named_inputs
+    if named is not None and not (isinstance(inputs, dict) and sorted(inputs) == sorted(named)):
+        raise ConfigError(
+            f"{name} declares the named inputs {list(named)} (its input_shape), but its first training sample's "
+            f"inputs are {describe(inputs)}: return a dict of those names (name: tensor)."
+        )
+    if named is None and not isinstance(inputs, Tensor):
+        raise ConfigError(
+            f"{name} declares one input tensor (input_shape={data.input_shape}), but its first training sample's "
+            f"inputs are {describe(inputs)}: return the tensor itself (a TensorDataset of inputs alone yields "
+            "1-tuples), or for several inputs a dict (name: tensor) with input_shape a dict of the same names."
+        )

@@ -149,9 +149,8 @@ class CLI(LightningCLI):
                 fill_in(tracker, trainer.logger)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        trainer = self.config_init[self.subcommand]["trainer"] if self.subcommand else {}
         if not self.model.automatic_optimization:  # the task steps its optimizers itself (manual_step)
-            kwargs.update(manual_optimization(self.model, trainer))
+            kwargs.update(manual_optimization(self.model, self._get(self.config_init, "trainer", default={})))
         trackers = self.config_init[self.subcommand].get("trackers") if self.subcommand else None
         if trackers:  # after the run directory's logger: Lightning takes the run directory from the first
             logger = self.config_init[self.subcommand]["trainer"]["logger"]

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset, default_collate
 
-from project.engine.batches import named
+from project.engine.batches import check_sample, named
 from project.engine.errors import ConfigError
 from project.engine.loaders import build_loader, check_loader_settings, eval_loader, run_seed, world_of
 from project.engine.normalization import as_tensors, standardized, statistics_for
@@ -187,6 +187,7 @@ class DataModule(L.LightningDataModule):
         if self.train_set is None and not (stage == "predict" and self.predict_set is not None):
             self.train_set, self.val_set, self.test_set = self.load_splits()
         if stage == "fit":
+            check_sample(self, self.train_set[0])  # type: ignore[index]
             self.normalization  # noqa: B018  (computed now, before training starts, unless a checkpoint restores it)
 
     def _split(self, split: str) -> Dataset:

@@ -21,10 +21,17 @@ def monitor_and_mode(task: str, metrics: MetricCollection, monitor: str) -> tupl
     """The config's ``model.monitor``, one the task logs, with the metric's own direction (torchmetrics'
     ``higher_is_better``; ``val/loss``: min)."""
     directions = {"val/loss": False, **{f"val/{k}": m.higher_is_better for k, m in metrics.items()}}
-    if directions.get(monitor) is None:
+    if monitor in directions and directions[monitor] is None:  # a metric of the task's own, without a direction
+        name = type(metrics[monitor.removeprefix("val/")]).__name__
         raise ConfigError(
-            f"model.monitor={monitor!r}: {task} logs {', '.join(sorted(directions))} (a metric of unknown direction "
-            "cannot judge a run); choose one of them, or add the metric to the task."
+            f"model.monitor={monitor!r}: {name} does not say its direction (torchmetrics' class attribute "
+            f"higher_is_better is None); set higher_is_better = True or False on {name}, or monitor another metric."
+        )
+    if monitor not in directions:
+        known = ", ".join(sorted(k for k, v in directions.items() if v is not None))
+        raise ConfigError(
+            f"model.monitor={monitor!r}: {task} logs {known} with a direction (torchmetrics' higher_is_better); "
+            "choose one of them, or add the metric to the task."
         )
     return monitor, "max" if directions[monitor] else "min"
 

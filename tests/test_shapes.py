@@ -1,0 +1,158 @@
+"""Projects of other shapes than (one input tensor, targets), on the engine's own fixtures (tests/shapes.py): what the
+contract suite does not already prove on its two_inputs, contrastive and gan subjects. A task with several
+optimizers counts one step per batch, its schedules reach their floor at max_steps, it clips as the config says and
+refuses accumulation in one sentence; a task declares only guarantees the contract suite has; a metric's direction
+is torchmetrics' higher_is_better."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DIGITS, ROOT, fit, scalars, warmup_cosine
+from shapes import TwoInputs, Unlabelled
+from toy import Digits
+from torchmetrics import Metric
+
+from project.engine.cli import CLI
+from project.engine.errors import ConfigError
+from project.engine.task import PROMISES, Task
+
+GAN = str(ROOT / "tests" / "configs" / "gan.yaml")
+
+pytestmark = pytest.mark.guarantee(
+    "a task with several optimizers (a GAN, manual optimization) counts one step per batch (not Lightning's one per "
+    "optimizer.step(), Lightning #17958): `max_steps` batches run and each schedule reaches its floor at the last; "
+    "it clips as `trainer.gradient_clip_val` says, and accumulation is refused in one sentence"
+)
+
+
+@pytest.mark.slow
+def test_a_task_with_two_optimizers_counts_batches_and_its_schedules_end_at_their_floor(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--trainer.max_steps=40", "--trainer.max_epochs=-1", "--trainer.log_every_n_steps=1",
+              "--trainer.limit_val_batches=0", configs=(DIGITS, GAN))  # fmt: skip
+    batches = cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    assert cli.trainer.global_step == batches == 40
+    curves = scalars(cli.trainer.log_dir)
+    warmup = math.ceil(0.05 * 40)  # the config's model.warmup, a fraction of the run's 40 steps
+    for part, peak in (("discriminator", 0.001), ("generator", 0.002)):  # tests/configs/gan.yaml's lr
+        logged = curves[f"lr-{part}/pg1"]
+        assert [step for step, _ in logged] == list(range(40))
+        expected = [warmup_cosine(step, peak, 1e-5, warmup, 40) for step in range(40)]
+        # float32 in the event file: ~6e-8 relative.
+        assert [lr for _, lr in logged] == pytest.approx(expected, rel=1e-6)
+        assert logged[-1][1] == pytest.approx(1e-5, rel=1e-6)  # the floor, at the last of the 40 batches
+
+
+@pytest.mark.slow
+def test_a_task_with_two_optimizers_clips_as_the_trainer_config_says(tmp_path: Path) -> None:
+    """One SGD step at a constant lr (no momentum, no decay) moves the discriminator by lr x its clipped gradient,
+    whose norm is the config's gradient_clip_val when the raw one is larger: a closed form."""
+    lr, clip = 0.1, 1e-3
+    sgd = {"class_path": "torch.optim.SGD", "init_args": {"lr": lr, "weight_decay": 0.0}}
+    cli = CLI(["--config", DIGITS, "--config", GAN, f"--trainer.logger.init_args.save_dir={tmp_path}",
+               f"--model.optimizers={{'discriminator': {sgd}, 'generator': {sgd}}}",
+               "--model.schedule=project.recipe.WarmupConstant", "--model.warmup=0", "--trainer.max_steps=1",
+               f"--trainer.gradient_clip_val={clip}"], run=False)  # fmt: skip
+    assert cli.trainer.gradient_clip_val is None  # Lightning refuses its own for manual optimization
+    before = torch.cat([p.detach().flatten().clone() for p in cli.model.net.discriminator.parameters()])
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    after = torch.cat([p.detach().flatten() for p in cli.model.net.discriminator.parameters()])
+    # clip_grad_norm_ scales by clip / (norm + 1e-6): 1e-6 / norm relative short of clip, for a raw norm >> clip.
+    assert (after - before).norm().item() == pytest.approx(lr * clip, rel=1e-3)
+
+
+def test_accumulation_with_manual_optimization_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"trainer.accumulate_grad_batches=2: GAN steps its optimizers itself"):
+        CLI(["--config", DIGITS, "--config", GAN, f"--trainer.logger.init_args.save_dir={tmp_path}",
+             "--trainer.accumulate_grad_batches=2"], run=False)  # fmt: skip
+
+
+def test_optimizers_name_parts_of_the_net_under_manual_optimization(tmp_path: Path) -> None:
+    adam = {"class_path": "torch.optim.Adam"}
+    cli = CLI(["--config", DIGITS, "--config", GAN, f"--trainer.logger.init_args.save_dir={tmp_path}",
+               f"--model.optimizers={{'critic': {adam}}}", "--trainer.max_steps=1"], run=False)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"'critic', which is no part of the net; its parts: \['generator', 'disc"):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli = CLI(["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}",
+               f"--model.optimizers={{'layers': {adam}}}", "--model.net=toy.MLP", "--trainer.max_steps=1"],
+              run=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="leaves automatic_optimization on; set self.automatic_optimization = False"):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+
+
+def test_a_task_may_waive_only_the_contract_suites_guarantees() -> None:
+    class InBatchNegatives(Task):
+        cannot_promise = {"two_processes_equal_one": "each process's negatives are its own batch's"}  # noqa: RUF012
+
+    assert set(InBatchNegatives.cannot_promise) <= set(PROMISES)
+    with pytest.raises(TypeError, match=r"cannot_promise names \['resumes'\]: a task may waive only"):
+
+        class Unknown(Task):
+            cannot_promise = {"resumes": "no"}  # noqa: RUF012
+
+
+class Undirected(Metric):
+    """A metric of the user's own that does not say which way is better."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor) -> None:
+        self.total += outputs.sum()
+
+    def compute(self) -> torch.Tensor:
+        return self.total
+
+
+class WithUndirected(Task):
+    def configure_metrics(self):  # type: ignore[no-untyped-def]
+        from torchmetrics import MetricCollection
+
+        return MetricCollection({"mine": Undirected()})
+
+
+def test_a_metric_without_a_direction_is_refused_naming_higher_is_better() -> None:
+    with pytest.raises(ConfigError, match=r"Undirected does not say its direction \(torchmetrics' class attribute "
+                                          r"higher_is_better is None\)"):  # fmt: skip
+        WithUndirected(net=torch.nn.Linear(2, 2), monitor="val/mine")
+    Undirected.higher_is_better = True
+    try:
+        assert WithUndirected(net=torch.nn.Linear(2, 2), monitor="val/mine").mode == "max"
+    finally:
+        Undirected.higher_is_better = None
+
+
+class Bare(Digits):
+    """Declares classes, but its samples are images alone."""
+
+    def load_dataset(self):  # type: ignore[no-untyped-def]
+        return [image for image, _ in super().load_dataset()]
+
+
+class OneTuples(Unlabelled):
+    """No targets, but its samples are 1-tuples (as a TensorDataset of images alone yields)."""
+
+    def load_dataset(self):  # type: ignore[no-untyped-def]
+        return [(image,) for image in super().load_dataset()]
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (Bare, r"Bare declares target_kind='classes', so a sample is \(inputs, target\), but its first training "
+               r"sample is a tensor shaped \(1, 8, 8\)"),
+        (OneTuples, r"OneTuples declares one input tensor \(input_shape=\(1, 8, 8\)\), but its first training "
+                    r"sample's inputs are a tuple of 1 \(a tensor shaped \(1, 8, 8\)\): return the tensor itself"),
+    ],
+)  # fmt: skip
+def test_a_sample_of_another_layout_than_declared_is_refused_in_one_sentence(data: type, said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        data().setup("fit")
+    two = TwoInputs()
+    two.input_shape = {"image": (1, 8, 8), "table": (5,)}  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match=r"declares the named inputs \['image', 'table'\] \(its input_shape\), but "
+                                          r"its first training sample's inputs are a dict with the keys \['image', "
+                                          r"'tabular'\]"):  # fmt: skip
+        two.setup("fit")
