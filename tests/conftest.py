@@ -196,12 +196,12 @@ def tiny_chat(chats_jsonl: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return write_tiny_chat_model(tmp_path_factory.mktemp("hf") / "tiny-chat", chats_jsonl.read_text().splitlines())
 
 
-def default_data_missing(root: Path = ROOT, config: str = USER_DEFAULT) -> str | None:
+def default_data_missing(root: Path = ROOT, config: str | None = None) -> str | None:
     """Why the suite cannot run configs/default.yaml (or ``config``) here: it reads data this checkout lacks (data/ is
     git-ignored, so a fresh clone, CI's included, has none); None when it can."""
     import yaml
 
-    data = (yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}
+    data = (yaml.safe_load(Path(config or USER_DEFAULT).read_text()) or {}).get("data") or {}
     for key, value in (data.get("init_args") or {}).items():
         if key in ("path", "root") and value is not None and not (root / str(value)).exists():
             return (

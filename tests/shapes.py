@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from toy import Digits
 from torch import Tensor, nn
 from torch.utils.data import Dataset
+from toy import Digits
 
 from project.engine.datamodule import DataModule
 from project.engine.task import Task
@@ -81,7 +81,8 @@ class Embedder(nn.Module):
 
     def __init__(self, input_shape: tuple[int, ...], num_outputs: int, width: int = 16) -> None:
         super().__init__()
-        self.layers = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), 64), nn.ReLU(), nn.Linear(64, width))
+        size = math.prod(input_shape)
+        self.layers = nn.Sequential(nn.Flatten(), nn.Linear(size, 64), nn.ReLU(), nn.Linear(64, width))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.normalize(self.layers(x), dim=-1)
@@ -102,10 +103,7 @@ class Contrastive(Task):
         self.temperature = temperature
 
     def forward(self, inputs: Tensor) -> Tensor:
-        if self.training:
-            other = inputs + 0.3 * torch.randn_like(inputs)
-        else:
-            other = inputs.roll(1, dims=-1)
+        other = inputs + 0.3 * torch.randn_like(inputs) if self.training else inputs.roll(1, dims=-1)
         return torch.stack([self.net(inputs), self.net(other)], dim=1)  # (batch, 2 views, width)
 
     def loss(self, outputs: Tensor, targets: None) -> Tensor:

@@ -83,7 +83,8 @@ pytestmark = [
 ]
 # The user's default, the engine's own shapes, then each shipped example this repository still has (deleting one
 # removes its subject). `make contract CONFIG=...` names another config of the user's: that one alone.
-CONFIG = str((ROOT / os.environ["PROJECT_CONTRACT_CONFIG"]).resolve()) if os.environ.get("PROJECT_CONTRACT_CONFIG") else USER_DEFAULT
+GIVEN = os.environ.get("PROJECT_CONTRACT_CONFIG")
+CONFIG = str((ROOT / GIVEN).resolve()) if GIVEN else USER_DEFAULT
 EXAMPLE_SUBJECTS = ("images", "regression", "multilabel", "segmentation", "language_model", "text_classification",
                     "hf", "sft")  # fmt: skip
 SHAPES = ("two_inputs", "contrastive", "gan")
@@ -123,7 +124,10 @@ def subject(
                 f"--model.net.init_args.name_or_path={chat}")  # fmt: skip
     return {
         "default": ("--config", CONFIG),
-        **{shape: ("--config", DIGITS, "--config", str(ROOT / "tests" / "configs" / f"{shape}.yaml")) for shape in SHAPES},
+        **{
+            shape: ("--config", DIGITS, "--config", str(ROOT / "tests" / "configs" / f"{shape}.yaml"))
+            for shape in SHAPES
+        },
         "images": ("--config", DIGITS, "--config", IMAGES, f"--data.root={image_folder}"),
         "regression": ("--config", DIGITS, "--config", REGRESSION, f"--data.path={regression_csv}"),
         "multilabel": ("--config", DIGITS, "--config", MULTILABEL, f"--data.path={tags_csv}"),
@@ -174,7 +178,9 @@ def _one(inputs: Any, i: int = 0) -> Any:
 def _equal(a: Any, b: Any) -> bool:
     """Two batches (tensors, dicts of them, or None) hold the same values."""
     if isinstance(a, dict) or isinstance(b, dict):
-        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+        return (
+            isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+        )
     return a is b is None or (a is not None and b is not None and torch.equal(a, b))
 
 
@@ -245,7 +251,8 @@ def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str,
                 z = (normalized[name] if named else normalized).transpose(0, 1).flatten(1)
                 live = torch.tensor(numbers["std"]) > 1e-6  # a constant channel stays unscaled
                 torch.testing.assert_close(z.mean(1), torch.zeros(len(z), dtype=torch.float64), rtol=0, atol=1e-6)
-                torch.testing.assert_close(z.std(1, correction=0)[live], torch.ones(int(live.sum()), dtype=torch.float64))
+                ones = torch.ones(int(live.sum()), dtype=torch.float64)
+                torch.testing.assert_close(z.std(1, correction=0)[live], ones)
     if tokens:  # a text file comes back from the predict decoder as each line's ids, in order (bytes, here)
         texts = ["def f(x):", "The quick brown fox", "x = 1"]
         (tmp_path / "texts.txt").write_text("\n".join(texts))
@@ -478,8 +485,8 @@ def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: P
 # path, same float targets), and a DDP launch costs ~20 s; nor on the image folder's: its samples reach the
 # engine's sharded sampler as any Dataset's do (decoded in the process here: num_workers=0), into the ConvNet that
 # test_ddp.py checks on 2 processes. On the segmentation fixture: the UNet's GroupNorm is what makes 2 x B equal
-# 1 x 2B there.
-@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation"), indirect=True)
+# 1 x 2B there. On two named inputs: a dict of tensors per sample, collated and normalised per name.
+@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "two_inputs"), indirect=True)
 def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
     _unless_waived(CLI(list(subject), run=False).model, "two_processes_equal_one")
     common = ("--trainer.precision=64-true", "--trainer.max_steps=3", "--trainer.max_epochs=1",
@@ -701,7 +708,8 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
         stats = dm.normalization or {}
         assert metadata["inputs"] == [
             {"name": n, "shape": ["batch", *shape], "dtype": str(dtype).removeprefix("torch."), "normalization":
-             stats.get(n), "units": metadata["inputs"][i]["units"]} for i, (n, (shape, dtype)) in enumerate(named.items())
+             stats.get(n), "units": metadata["inputs"][i]["units"]}
+            for i, (n, (shape, dtype)) in enumerate(named.items())
         ]  # fmt: skip
         described = metadata
     else:

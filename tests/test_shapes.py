@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DIGITS, ROOT, fit, scalars, warmup_cosine
+from conftest import DIGITS, ROOT, fit, run_module, scalars, warmup_cosine
 from shapes import TwoInputs, Unlabelled
-from toy import Digits
 from torchmetrics import Metric
+from toy import Digits
 
 from project.engine.cli import CLI
 from project.engine.errors import ConfigError
@@ -77,7 +77,9 @@ def test_optimizers_name_parts_of_the_net_under_manual_optimization(tmp_path: Pa
     cli = CLI(["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}",
                f"--model.optimizers={{'layers': {adam}}}", "--model.net=toy.MLP", "--trainer.max_steps=1"],
               run=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="leaves automatic_optimization on; set self.automatic_optimization = False"):
+    with pytest.raises(
+        ConfigError, match=r"leaves automatic_optimization on; set self\.automatic_optimization = False"
+    ):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
 
 
@@ -156,3 +158,21 @@ def test_a_sample_of_another_layout_than_declared_is_refused_in_one_sentence(dat
                                           r"its first training sample's inputs are a dict with the keys \['image', "
                                           r"'tabular'\]"):  # fmt: skip
         two.setup("fit")
+
+
+@pytest.mark.slow
+def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tmp_path: Path) -> None:
+    ddp = ("--config", str(ROOT / "configs" / "ddp.yaml"), "--trainer.accelerator=cpu")
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer.strategy='ddp': each of GAN's optimizer steps leaves the other "
+        r"parts' parameters unused, .* set trainer.strategy=ddp_find_unused",
+    ):
+        CLI(["--config", DIGITS, "--config", GAN, *ddp, f"--trainer.logger.init_args.save_dir={tmp_path}"],
+            run=False)  # fmt: skip
+    done = run_module("fit", "--config", DIGITS, "--config", GAN, *ddp, "--trainer.max_steps=6",
+                      "--trainer.strategy=ddp_find_unused_parameters_true", "--trainer.max_epochs=-1",
+                      f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = torch.load(next(tmp_path.glob("gan/version_0/checkpoints/last.ckpt")), weights_only=True)
+    assert last["global_step"] == 6  # batches per process, each a step of both optimizers

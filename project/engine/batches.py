@@ -29,8 +29,9 @@ def each(inputs: Any, fn: Callable[..., Any]) -> Any:
 
 def size(inputs: Any) -> int:
     """The number of samples in a batch of inputs (the first dimension of its first tensor)."""
-    first = inputs if isinstance(inputs, Tensor) else next(iter(inputs.values() if isinstance(inputs, dict) else inputs))
-    return len(first) if isinstance(first, Tensor) else size(first)
+    if isinstance(inputs, Tensor):
+        return len(inputs)
+    return size(next(iter(inputs.values() if isinstance(inputs, dict) else inputs)))
 
 
 def first(inputs: Any, count: int) -> Any:

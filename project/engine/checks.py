@@ -77,6 +77,12 @@ def manual_optimization(task: Any, trainer: dict[str, Any]) -> dict[str, Any]:
             "optimizers itself (manual optimization), which Lightning cannot accumulate for; set it to 1 and raise "
             "data.batch_size instead."
         )
+    strategy = trainer.get("strategy")
+    if len(task.optimizers_of_parts or {}) > 1 and strategy in ("ddp", "ddp_spawn", "ddp_fork", "ddp_notebook"):
+        raise ConfigError(
+            f"trainer.strategy={strategy!r}: each of {type(task).__name__}'s optimizer steps leaves the other parts' "
+            "parameters unused, which DDP refuses by default; set trainer.strategy=ddp_find_unused_parameters_true."
+        )
     task.gradient_clipping = trainer.get("gradient_clip_val"), trainer.get("gradient_clip_algorithm")
     return {"gradient_clip_val": None, "gradient_clip_algorithm": None}
 

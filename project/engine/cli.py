@@ -25,7 +25,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from project.engine import faults
 from project.engine.checkpoints import load_checkpoint
 from project.engine.checks import (
-    check_fit, check_task_fits_data, kind_of, manual_optimization, say_what_the_config_leaves_out,
+    check_fit,
+    check_task_fits_data,
+    kind_of,
+    manual_optimization,
+    say_what_the_config_leaves_out,
 )  # fmt: skip
 from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule

@@ -42,8 +42,9 @@ class DataModule(L.LightningDataModule):
 
     target_kind: Literal["classes", "values"] | None = "classes"  # None: no targets, a sample is its inputs
     target_names: list[str]
-    input_shape: tuple[int, ...] | dict[str, tuple[int, ...]]  # a dict for several named inputs
-    input_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32
+    # One sample's shape, e.g. (C, H, W); for several named inputs a dict, name: shape (Any: either, without a cast).
+    input_shape: Any
+    input_dtype: Any = torch.float32  # a torch.dtype, or for named inputs a dict, name: dtype, where they differ
     input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
     vocabulary: list[str] | None = None  # token inputs: what each id is
     collate_fn: Any = None  # how samples become a batch (None: torch's default, stacking same-shaped samples)

@@ -94,6 +94,9 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     def positional(x: Any) -> tuple[Tensor, ...]:
         return tuple(x[n] for n in names) if named else (x,)
 
+    def fed(x: Any) -> dict[str, Any]:  # onnxruntime's inputs, by name
+        return {n: t.numpy() for n, t in zip(names, positional(x), strict=True)}
+
     example = positional(batches.first(inputs, 2))
     out = checkpoint.parent
     program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs): one spec
@@ -117,7 +120,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         checks = [(inputs, reference), *((batches.first(inputs, n), reference[:n]) for n in (1, some))]
         checks += [(inputs[:some, :n], head(model(inputs[:some, :n]))) for n in lengths]
     for name, run in {
-        "onnx": lambda x: torch.from_numpy(session.run(None, dict(zip(names, (t.numpy() for t in positional(x)))))[0]),
+        "onnx": lambda x: torch.from_numpy(session.run(None, fed(x))[0]),
         "pt2": lambda x: loaded(*positional(x)).detach(),
     }.items():
         # The checkpoint's test inputs, then batches of 1 and 37: the batch dimension is dynamic; token sequences also

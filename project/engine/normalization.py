@@ -53,17 +53,18 @@ def training_statistics(
     stats = {}
     for name in channels:
         mean = total[name] / count[name]
-        std = (total_sq[name] / count[name] - mean * mean).clamp_min(0).sqrt().clamp_min(1e-6)  # a constant stays finite
+        std = (total_sq[name] / count[name] - mean * mean).clamp_min(0).sqrt().clamp_min(1e-6)  # constant: finite
         stats[name] = {"mean": mean.tolist(), "std": std.tolist()}
     return stats
 
 
-def statistics_for(datamodule: Any) -> dict[str, list[float]]:
+def statistics_for(datamodule: Any) -> dict[str, Any]:
     """The statistics ``data.normalize`` asks for: those the net expects (``expected_normalization``, handed over by
     the CLI) unless it is ``train``, else the training split's."""
     settings, named = datamodule.hparams, datamodule.named_inputs
     # For several named inputs, each float one has statistics of its own (token ids, masks: none).
-    channels = {n: s[0] for n, (s, d) in named.items() if d.is_floating_point} if named else {None: datamodule.input_shape[0]}
+    channels = {n: s[0] for n, (s, d) in named.items() if d.is_floating_point} if named else {}
+    channels = channels if named else {None: datamodule.input_shape[0]}
     expected = datamodule.expected_normalization if settings["normalize"] is True else None
     if expected and named:
         raise ConfigError(

@@ -304,7 +304,7 @@ class Task(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
 
     def _optimizers_of_parts(self) -> list[dict[str, Any]]:
-        """One optimizer and schedule per part of the net ``optimizers`` names, stepped by the task (``manual_step``)."""
+        """An optimizer and a schedule per part of the net ``optimizers`` names, stepped by ``manual_step``."""
         if self.automatic_optimization:
             raise ConfigError(
                 f"model.optimizers names {list(self.optimizers_of_parts or {})}: several optimizers are stepped by "
