@@ -5,6 +5,8 @@ refuses accumulation in one sentence; a task declares only guarantees the contra
 is torchmetrics' higher_is_better."""
 
 import math
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,41 @@ def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tm
     assert done.returncode == 0, done.stderr[-3000:]
     last = torch.load(next(tmp_path.glob("gan/version_0/checkpoints/last.ckpt")), weights_only=True)
     assert last["global_step"] == 6  # batches per process, each a step of both optimizers
+
+
+def _merged(base: dict, overlay: dict) -> dict:
+    """``overlay`` over ``base`` as jsonargparse merges two --config files: mappings key by key, unless they name
+    another class (then its arguments start afresh), the rest replaced."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        both = both and value.get("class_path", base[key].get("class_path")) == base[key].get("class_path")
+        merged[key] = _merged(base[key], value) if both else value
+    return merged
+
+
+@pytest.mark.slow
+@pytest.mark.guarantee("`make contract CONFIG=...` runs the contract suite on that config alone")
+def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+    from conftest import PYTHONPATH
+
+    config = tmp_path / "gan.yaml"  # a whole config of the user's, as make train CONFIG= takes one
+    config.write_text(yaml.safe_dump(_merged(*(yaml.safe_load(Path(c).read_text()) for c in (DIGITS, GAN)))))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", "declare or learns_one_batch",
+         str(ROOT / "tests" / "test_contract.py")],
+        env={**os.environ, "PROJECT_CONTRACT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH},
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    ran = re.findall(r"test_contract\.py::(\S+) (PASSED|SKIPPED)", done.stdout)
+    assert ran == [
+        ("test_the_task_and_the_datamodule_declare_their_contracts[default]", "PASSED"),
+        ("test_fit_learns_one_batch_by_heart[default]", "SKIPPED"),
+    ]
+    # The subject is the given config: the GAN's waiver is what skipped the second.
+    assert "GAN cannot promise learns_one_batch_by_heart: adversarial" in done.stdout
