@@ -90,7 +90,8 @@ class Embedder(nn.Module):
 
 class Contrastive(Task):
     """SimCLR's InfoNCE on two views of each image: the image, and the image with noise (drawn in the step while
-    training, from the global RNG the checkpoint keeps; a fixed shift when evaluating)."""
+    training, from the global RNG the checkpoint keeps; a fixed shift when evaluating). Its forward embeds both views,
+    which the loss compares; a prediction and the exported model are the image's own embedding."""
 
     target_kind = None
     cannot_promise = {  # noqa: RUF012
@@ -110,8 +111,19 @@ class Contrastive(Task):
         similarity = outputs[:, 0] @ outputs[:, 1].T / self.temperature  # each sample's other view is its positive
         return F.cross_entropy(similarity, torch.arange(len(outputs), device=outputs.device), reduction="none")
 
+    def prediction(self, outputs: Tensor) -> Tensor:
+        return outputs[:, 0]  # the image's own embedding
+
+    def output_head(self) -> nn.Module:
+        return _FirstView()  # the exported model gives the image's own embedding
+
     def output_description(self) -> dict[str, Any]:
-        return {"name": "embeddings", "shape": ["batch", 2, "width"]}
+        return {"name": "embeddings", "shape": ["batch", "width"]}
+
+
+class _FirstView(nn.Module):
+    def forward(self, outputs: Tensor) -> Tensor:
+        return outputs[:, 0]
 
 
 class GANNets(nn.Module):
@@ -139,8 +151,7 @@ class GAN(Task):
     target_kind = None
     cannot_promise = {  # noqa: RUF012
         "learns_one_batch_by_heart": "adversarial: the generator's loss rises as the discriminator's falls",
-        "accumulation_equals_the_big_batch": "manual optimization: the task steps its optimizers, once per batch",
-        "two_processes_equal_one": "the contract's equivalence reads one optimizer's gradients",
+        "two_processes_equal_one": "noise drawn in the step: each process draws its own, not a share of one",
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -216,3 +216,19 @@ def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(tmp_path: Path) -
     ]
     # The subject is the given config: the GAN's waiver is what skipped the second.
     assert "GAN cannot promise learns_one_batch_by_heart: adversarial" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import toy
+
+    from project.engine.export import export
+
+    cli = fit(tmp_path, "--trainer.max_steps=2", "--trainer.max_epochs=1", "--trainer.limit_val_batches=0")
+    # A forward whose outputs depend on the batch's size (as a split of the batch into two views would).
+    monkeypatch.setattr(toy.Classifier, "forward", lambda self, x: self.net(x) * (2 if len(x) > 1 else 1))
+    with pytest.raises(ConfigError, match=r"export: torch.export cannot trace Classifier's forward .* for any batch "
+                                          r"size: .*Each sample's outputs must not depend on the batch's size"):  # fmt: skip
+        export(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt")

@@ -99,7 +99,15 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 
     example = positional(batches.first(inputs, 2))
     out = checkpoint.parent
-    program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs): one spec
+    try:
+        program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs): one spec
+    except Exception as err:  # the task's forward is the user's code: what torch.export refuses, in one paragraph
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise ConfigError(
+            f"export: torch.export cannot trace {type(model).__name__}'s forward (its net and what the task computes "
+            f"around it) for any batch size: {first.strip()} ({type(err).__name__}). Each sample's outputs must not "
+            "depend on the batch's size or on Python decisions on tensor values (torch.export's documentation)."
+        ) from None
     torch.export.save(program, out / "model.pt2")
     with warnings.catch_warnings():  # several inputs share the batch dimension: ONNX says it names it once
         warnings.filterwarnings("ignore", "The axis name: batch will not be used")
