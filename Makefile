@@ -148,7 +148,7 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
 
-contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/gan.yaml
+contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/my_gan.yaml
 	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
 		--no-loadscope-reorder -m "not manual" tests/test_contract.py $(ARGS)
 
