@@ -138,9 +138,9 @@ class DataModule(L.LightningDataModule):
         val, test, train = order[:n_val], order[n_val : n_val + n_test], order[n_val + n_test :]
         return train.tolist(), val.tolist(), test.tolist()
 
-    def load_predict_inputs(self, path: Path) -> Tensor:
+    def load_predict_inputs(self, path: Path) -> Any:
         """``path``'s inputs, (N, *input_shape) in the training samples' raw units (or a Dataset of (input, -1) pairs
-        for inputs of different lengths). Here: a .npy array, or for several named inputs a .npz file with an array
+        for inputs of different lengths; a dict of tensors for several named inputs). Here: a .npy array, or for several named inputs a .npz file with an array
         per name (``numpy.savez``); subclasses read more."""
         suffix = ".npz" if self.named_inputs else ".npy"
         if path.suffix != suffix or not path.is_file():
