@@ -76,6 +76,12 @@ def test_optimizers_name_parts_of_the_net_under_manual_optimization(tmp_path: Pa
                f"--model.optimizers={{'critic': {adam}}}", "--trainer.max_steps=1"], run=False)  # fmt: skip
     with pytest.raises(ConfigError, match=r"'critic', which is no part of the net; its parts: \['generator', 'disc"):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli = CLI(["--config", DIGITS, "--config", GAN, f"--trainer.logger.init_args.save_dir={tmp_path}",
+               f"--model.optimizers={{'discriminator': {adam}}}", "--trainer.max_steps=2"], run=False)  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=r"GAN.manual_step\('generator'\): model.optimizers names \['discriminator'\]"
+    ):
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     cli = CLI(["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}",
                f"--model.optimizers={{'layers': {adam}}}", "--model.net=toy.MLP", "--trainer.max_steps=1"],
               run=False)  # fmt: skip

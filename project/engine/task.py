@@ -276,7 +276,11 @@ class Task(L.LightningModule):
         parts' gradients kept off), clipped as the config's ``trainer.gradient_clip_val`` says, then that part's
         optimizer and schedule step. Each step counts toward the run's steps (``max_steps``, the schedules' length,
         logging, ``val_check_interval``) only for the first part named in ``optimizers``: one step per batch."""
-        index = list(self.optimizers_of_parts or {}).index(part)
+        parts = list(self.optimizers_of_parts or {})
+        if part not in parts:
+            raise ConfigError(f"{type(self).__name__}.manual_step({part!r}): model.optimizers names {parts}; give each "
+                              "part of the net stepped here an optimizer there.")  # fmt: skip
+        index = parts.index(part)
         optimizer = _listed(self.optimizers())[index]
         self.toggle_optimizer(optimizer)
         optimizer.zero_grad(set_to_none=True)
