@@ -238,3 +238,18 @@ def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
     said = r"torch.export cannot trace Classifier's forward .* for any batch size: .*Each sample's outputs must not"
     with pytest.raises(ConfigError, match=said):
         export(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt")
+
+
+@pytest.mark.slow
+def test_the_data_notebook_shows_a_config_without_targets_with_two_optimizers(tmp_path: Path) -> None:
+    import yaml
+    from conftest import PYTHONPATH
+    from test_notebooks import _execute, _images, _text
+
+    config = tmp_path / "gan.yaml"  # a whole config of the user's
+    config.write_text(yaml.safe_dump(_merged(*(yaml.safe_load(Path(c).read_text()) for c in (DIGITS, GAN)))))
+    notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb",
+                        {"PROJECT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH})  # fmt: skip
+    assert _images(notebook) == 3  # samples, the splits' sizes, the first part's LR curve
+    text = _text(notebook)
+    assert "inputs: (64, 1, 8, 8) torch.float32" in text and "targets: none" in text
