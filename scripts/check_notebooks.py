@@ -4,6 +4,7 @@ committed clean, so diffs show code, not images). ``--clear`` strips them in pla
 
 import json
 import sys
+from pathlib import Path
 
 
 def _code_cells(notebook: dict) -> list[dict]:
@@ -26,7 +27,11 @@ def clear(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     paths = [p for p in sys.argv[1:] if p != "--clear"]
+    if missing := [p for p in paths if not Path(p).is_file()]:
+        sys.exit(print(f"error: no such notebook: {missing[0]}", file=sys.stderr) or 2)
     if "--clear" in sys.argv[1:]:
         for path in paths:
             clear(path)

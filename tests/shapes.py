@@ -175,7 +175,7 @@ class GAN(Task):
         self.log_dict({"train/loss": d_loss.detach(), "train/g_loss": g_loss.detach()})
 
     def prediction(self, outputs: Tensor) -> Tensor:
-        return outputs.sigmoid()[:, None]  # the probability that each input is real
+        return outputs.sigmoid()  # the probability that each input is real: one value per input, (batch,)
 
     def output_description(self) -> dict[str, Any]:
         return {"name": "logits", "shape": ["batch"]}

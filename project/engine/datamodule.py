@@ -140,8 +140,8 @@ class DataModule(L.LightningDataModule):
 
     def load_predict_inputs(self, path: Path) -> Any:
         """``path``'s inputs, (N, *input_shape) in the training samples' raw units (or a Dataset of (input, -1) pairs
-        for inputs of different lengths; a dict of tensors for several named inputs). Here: a .npy array, or for several named inputs a .npz file with an array
-        per name (``numpy.savez``); subclasses read more."""
+        for inputs of different lengths; a dict of tensors for several named inputs). Here: a .npy array, or for
+        several named inputs a .npz file with an array per name (``numpy.savez``); subclasses read more."""
         suffix = ".npz" if self.named_inputs else ".npy"
         if path.suffix != suffix or not path.is_file():
             raise ConfigError(f"data.predict_path={str(path)!r}: expected a {suffix} file of N x {self.input_shape}.")

@@ -143,18 +143,22 @@ class Task(L.LightningModule):
     def prediction_table(self, predictions: Tensor) -> tuple[list[str], list[list[Any]]]:
         """The prediction file's header and one row per sample (the writer adds ``index`` and ``input``)."""
         header = [f"output_{i}" for i in range(predictions[0].numel())]
-        return header, [[f"{v:.6g}" for v in row] for row in predictions.flatten(1).tolist()]
+        return header, [[f"{v:.6g}" for v in row] for row in predictions.reshape(len(predictions), -1).tolist()]
 
     def write_prediction_files(self, predictions: Tensor, folder: Path, datamodule: Any) -> None:
         """Files a prediction has beside its row (a segmentation's masks), written into ``folder`` and named in
         ``prediction_table``'s rows; none by default. ``datamodule`` decoded the inputs (their names, sizes)."""
 
     def output_head(self) -> nn.Module:
-        """What follows the net in the exported model (the outputs ``output_description`` describes)."""
+        """What follows ``forward`` in the exported model, applied to its outputs (the outputs ``output_description``
+        describes): e.g. one view's embedding of several."""
         return nn.Identity()
 
     def output_description(self) -> dict[str, Any]:
-        """``model.json``'s "output": the exported model's output name, shape and meaning."""
+        """``model.json``'s "output": the exported model's output name, shape and meaning (without targets, the
+        task's own: say it here; "..." until then)."""
+        if self.target_kind is None:
+            return {"name": "outputs", "shape": ["batch", "..."]}
         return {"name": "outputs", "shape": ["batch", len(self.target_names)], "targets": self.target_names}
 
     # ---- the engine ---------------------------------------------------------------------------------------------
