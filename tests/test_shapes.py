@@ -180,10 +180,18 @@ def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tm
             run=False)  # fmt: skip
     done = run_module("fit", "--config", DIGITS, "--config", GAN, *ddp, "--trainer.max_steps=6",
                       "--trainer.strategy=ddp_find_unused_parameters_true", "--trainer.max_epochs=-1",
+                      "--data.test_fraction=0.1495",  # 269 test samples: 2 processes cannot share them evenly
                       f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    last = torch.load(next(tmp_path.glob("gan/version_0/checkpoints/last.ckpt")), weights_only=True)
+    run = tmp_path / "gan" / "version_0"
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 6  # batches per process, each a step of both optimizers
+    # The final test ran on 2 processes, each on its own share of the test split, samples without targets: its loss
+    # is the one process's on the whole split (float32 sums in another order: ~1e-7 relative).
+    one = CLI(["test", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
+               "--trainer.devices=1", "--trainer.strategy=auto", "--trainer.logger=false"])  # fmt: skip
+    (_, on_two), *_ = scalars(run)["test/loss"]
+    assert float(one.trainer.callback_metrics["test/loss"]) == pytest.approx(on_two, rel=1e-6)
 
 
 def _merged(base: dict, overlay: dict) -> dict:
