@@ -752,13 +752,13 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
 
 
 # On the default subject, the regression and the segmentation fixtures (~15 s a kernel): the notebook's three
-# branches, a class per input, values, and a class per pixel; and on two named inputs and a task without targets (the
-# inputs with the highest loss); its data-specific parts, show() and the target names, are checked on every subject.
+# branches, a class per input, values, and a class per pixel; and on a task without targets (the inputs with the
+# highest loss); its data-specific parts, show() and the target names, are checked on every subject above.
 @pytest.mark.guarantee(
     "both notebooks run top to bottom on a real kernel on what `configs/default.yaml` selects (02 also training a "
     "tiny run when there is none, and on a regression and a segmentation run); committed without outputs"
 )
-@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "two_inputs", "gan"), indirect=True)
+@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "gan"), indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text
