@@ -266,18 +266,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_module(*args: str, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_module(
+    *args: str, timeout: float = 240, cwd: Path | None = None, warnings: bool = False
+) -> subprocess.CompletedProcess[str]:
     """``python -m project ...`` in a fresh process: the real entry point, or a real Lightning DDP launch.
 
     Loopback only, a fresh port per call, ``tests/`` importable (for ``probes``), and on timeout the whole
     process group (Lightning's launcher and the ranks it started) is killed, so a hang cannot stall the suite.
     It runs in ``cwd`` (default: a fresh empty directory), never in the checkout: whatever it writes by mistake
-    into its working directory cannot land in the repository.
+    into its working directory cannot land in the repository. ``warnings``: Python's warnings shown, as a user sees
+    them (else ignored).
     """
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
-        "PYTHONWARNINGS": "ignore",
+        "PYTHONWARNINGS": "default" if warnings else "ignore",
         "PYTHONPATH": PYTHONPATH,
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),

@@ -247,7 +247,7 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
 @pytest.mark.slow
 def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> None:
     result = run_module("fit", "--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=3",
-                        f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
+                        f"--trainer.logger.init_args.save_dir={tmp_path}", warnings=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     assert f"Run directory: {tmp_path}/debug/version_0" in log
@@ -256,6 +256,7 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
     assert "best val/acc=" in log and "test/acc=" in log
     assert len(log.splitlines()) < 120 and "\r" not in log  # no redraw spam
     assert "Tip:" not in log and "litmodels" not in log  # nor Lightning's adverts for its cloud
+    assert "is deprecated" not in log  # nor an upstream deprecation the user can do nothing about
 
 
 def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(tmp_path: Path) -> None:

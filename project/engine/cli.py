@@ -47,6 +47,9 @@ _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Li
 # Lightning 2.6 advertises its cloud services on every run ("💡 Tip: ... litlogger", "... litmodels"), and has no
 # switch for it (Lightning #21294): those two lines are dropped from the logger its rank_zero_info writes to.
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: not r.getMessage().startswith("💡 Tip"))
+# Lightning 2.6 calls torch's deprecated isinstance(treespec, LeafSpec) at every run, fixed upstream (Lightning #21326):
+# a line on every command the user can do nothing about.
+warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
 
 
 class CLI(LightningCLI):
