@@ -194,28 +194,28 @@ def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tm
     assert float(one.trainer.callback_metrics["test/loss"]) == pytest.approx(on_two, rel=1e-6)
 
 
-def _merged(base: dict, overlay: dict) -> dict:
-    """``overlay`` over ``base`` as jsonargparse merges two --config files: mappings key by key, unless they name
-    another class (then its arguments start afresh), the rest replaced."""
-    merged = dict(base)
-    for key, value in overlay.items():
-        both = isinstance(value, dict) and isinstance(base.get(key), dict)
-        both = both and value.get("class_path", base[key].get("class_path")) == base[key].get("class_path")
-        merged[key] = _merged(base[key], value) if both else value
-    return merged
+def _whole_gan_config(folder: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """The GAN fixture as a whole config of the user's, as `make train CONFIG=` takes one: the engine tests' config
+    with the GAN's overlay, composed by jsonargparse itself (--print_config)."""
+    with pytest.raises(SystemExit) as exit_info:
+        CLI(["--config", DIGITS, "--config", GAN, "--print_config"], run=False)
+    assert exit_info.value.code in (0, None), capsys.readouterr().err[-2000:]
+    config = folder / "gan.yaml"
+    config.write_text(capsys.readouterr().out)
+    return config
 
 
 @pytest.mark.slow
 @pytest.mark.guarantee("`make contract CONFIG=...` runs the contract suite on that config alone")
-def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(tmp_path: Path) -> None:
+def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import subprocess
     import sys
 
-    import yaml
     from conftest import PYTHONPATH
 
-    config = tmp_path / "gan.yaml"  # a whole config of the user's, as make train CONFIG= takes one
-    config.write_text(yaml.safe_dump(_merged(*(yaml.safe_load(Path(c).read_text()) for c in (DIGITS, GAN)))))
+    config = _whole_gan_config(tmp_path, capsys)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", "declare or learns_one_batch",
          str(ROOT / "tests" / "test_contract.py")],
@@ -249,13 +249,13 @@ def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
 
 
 @pytest.mark.slow
-def test_the_data_notebook_shows_a_config_without_targets_with_two_optimizers(tmp_path: Path) -> None:
-    import yaml
+def test_the_data_notebook_shows_a_config_without_targets_with_two_optimizers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text
 
-    config = tmp_path / "gan.yaml"  # a whole config of the user's
-    config.write_text(yaml.safe_dump(_merged(*(yaml.safe_load(Path(c).read_text()) for c in (DIGITS, GAN)))))
+    config = _whole_gan_config(tmp_path, capsys)
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb",
                         {"PROJECT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH})  # fmt: skip
     assert _images(notebook) == 3  # samples, the splits' sizes, the first part's LR curve

@@ -14,8 +14,6 @@ from torch import Tensor, nn
 
 from project.engine.errors import ConfigError
 
-Inputs = Tensor | dict[str, Tensor]
-
 
 def call(net: nn.Module, inputs: Any) -> Any:
     """The net on its inputs: several named inputs as keyword arguments, one tensor as the argument."""

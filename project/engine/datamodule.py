@@ -174,7 +174,7 @@ class DataModule(L.LightningDataModule):
         """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and what fits; for
         several named inputs, a mapping of arrays with one per name."""
         if (inputs := self.named_inputs) is None:
-            return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)  # type: ignore[arg-type]
+            return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)
         given = sorted(getattr(values, "files", None) or values)
         if given != sorted(inputs):
             raise ConfigError(f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: "
@@ -204,7 +204,7 @@ class DataModule(L.LightningDataModule):
         dataset = self._split(split)
         count = len(dataset) if limit is None else min(limit, len(dataset))  # type: ignore[arg-type]
         batch = (self.collate_fn or default_collate)([dataset[i] for i in range(count)])
-        return (batch, None) if self.target_kind is None else (batch[0], batch[1])
+        return self.inputs_of(batch), None if self.target_kind is None else batch[1]
 
     def split_targets(self, split: str) -> Tensor | None:
         """A whole split's targets alone (without decoding the inputs, when they are in-memory tensors)."""
@@ -222,7 +222,7 @@ class DataModule(L.LightningDataModule):
         else the training split's) unless a checkpoint restored it."""
         inputs = self.named_inputs
         floats = [d for _, d in inputs.values()] if inputs else [self.input_dtype]
-        if not any(d.is_floating_point for d in floats):  # type: ignore[union-attr]
+        if not any(d.is_floating_point for d in floats):
             return None
         if self.hparams["normalize"] and self._normalization is None:
             self._normalization = statistics_for(self)

@@ -62,9 +62,10 @@ def statistics_for(datamodule: Any) -> dict[str, Any]:
     """The statistics ``data.normalize`` asks for: those the net expects (``expected_normalization``, handed over by
     the CLI) unless it is ``train``, else the training split's."""
     settings, named = datamodule.hparams, datamodule.named_inputs
-    # For several named inputs, each float one has statistics of its own (token ids, masks: none).
-    channels = {n: s[0] for n, (s, d) in named.items() if d.is_floating_point} if named else {}
-    channels = channels if named else {None: datamodule.input_shape[0]}
+    if named:  # each float input has statistics of its own (token ids, masks: none)
+        channels = {n: shape[0] for n, (shape, dtype) in named.items() if dtype.is_floating_point}
+    else:
+        channels = {None: datamodule.input_shape[0]}
     expected = datamodule.expected_normalization if settings["normalize"] is True else None
     if expected and named:
         raise ConfigError(
