@@ -1,8 +1,9 @@
 """``python -m project.engine.sweep [configs/sweeps/default.yaml] [--workers N] [--status]`` (``make sweep``).
 
-Checks the sweep file against the CLI, creates the study once (before any worker starts), reaps trials a dead
-worker left running, starts ``--workers`` worker processes on the same study (each pinned to its own GPUs when
-there are GPUs), waits, and writes the table, best.yaml and the plots. Run it again to continue the same study.
+Checks the sweep file against the CLI, creates the study once (before any worker starts), starts ``--workers``
+worker processes on the same study (each pinned to its own GPUs when there are GPUs), waits, and writes the
+table, best.yaml and the plots. Run it again to continue the same study; run it on several machines (a database
+``storage``) to share one.
 """
 
 import argparse
@@ -49,30 +50,25 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     from project.engine.errors import ConfigError
     from project.engine.sweep import spec as sweep_spec
-    from project.engine.sweep import workers as sweep_workers
+    from project.engine.sweep import study as sweep_study
 
     if args.workers < 1:
         print(f"error: --workers={args.workers}: give 1 or more (WORKERS=N).", file=sys.stderr)
         return USAGE_ERROR
     try:
         spec = sweep_spec.load(args.spec)
-        base = sweep_spec.check_against_cli(spec)
+        cli = sweep_spec.check_against_cli(spec)
+        sweep_dir = Path(cli.config.trainer.logger.init_args.save_dir) / "sweeps" / spec.name
+        if args.status and not spec.storage and not (sweep_dir / "sweep.yaml").is_file():
+            raise ConfigError(f"no sweep in {sweep_dir} yet: start it with make sweep SWEEP={args.spec}")
+        study = sweep_study.open_study(spec, sweep_dir)[0]  # created here, once, before any worker starts
     except ConfigError as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return USAGE_ERROR
-    sweep_dir = Path(base.trainer.logger.init_args.save_dir) / "sweeps" / spec.name
     if args.status:
-        if not (sweep_dir / "sweep.yaml").is_file():
-            print(f"error: no sweep in {sweep_dir} yet: start it with make sweep SWEEP={args.spec}", file=sys.stderr)
-            return USAGE_ERROR
-        return _report(sweep_workers.open_study(sweep_dir, spec)[0], spec, sweep_dir, base)
-
+        return _report(study, spec, sweep_dir, cli)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.yaml").write_text(sweep_spec.parser().dump(spec))
-    with sweep_workers.locked(sweep_dir):
-        study, storage = sweep_workers.open_study(sweep_dir, spec)
-        for number in sweep_workers.reap(study, storage):
-            print(f"trial {number} was left running by a worker that died: marked failed, its values queued again.")
     print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
     processes = [
         subprocess.Popen(
@@ -89,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             except KeyboardInterrupt:  # the workers got it too; they stop their trials (saved) and exit
                 pass
-    _report(study, spec, sweep_dir, base)
+    _report(study, spec, sweep_dir, cli)
     if any(code == 130 for code in codes):
         print("Interrupted: run the same command again to continue the sweep.", file=sys.stderr)
         return 130
@@ -99,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(study: Any, spec: Any, sweep_dir: Path, base: Any) -> int:
+def _report(study: Any, spec: Any, sweep_dir: Path, cli: Any) -> int:
     from project.engine.sweep import report
 
     print(report.table(study, spec))
-    best = report.write_best(study, spec, sweep_dir, base)
+    best = report.write_best(study, spec, sweep_dir, cli)
     plots = report.write_plots(study, sweep_dir)
     if best:
         print(f"best config: {best}  (make train CONFIG={best})")

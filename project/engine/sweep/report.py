@@ -6,14 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
 from project.engine.runs import columns
-from project.engine.sweep.spec import shown
-
-SWEEP_CALLBACK = f"{__package__}.trial.SweepTrial"  # named from this package: a renamed copy still finds it
+from project.engine.sweep.spec import base_args, flag, shown
+from project.engine.sweep.study import HOST
 
 
 def table(study: optuna.Study, spec: Namespace) -> str:
@@ -22,11 +20,15 @@ def table(study: optuna.Study, spec: Namespace) -> str:
     header = ["trial", "state", spec.metric, "validations", "seconds", *keys, "note"]
     rows = [header]
     for t in trials:
-        note = t.user_attrs.get("error") or ""
+        note = ""
+        if t.state == TrialState.FAIL:
+            note = t.user_attrs.get("error") or "its worker stopped beating (a lost machine, or a killed worker)"
         if t.state == TrialState.PRUNED:
             note = f"pruned at epoch {t.user_attrs.get('pruned_at_epoch', '?')}"
-        if "retry_of" in t.user_attrs:
-            note = f"retry of {t.user_attrs['retry_of']}; {note}".rstrip("; ")
+        if "failed_trial" in t.system_attrs:  # RetryHeartbeatStaleTrialCallback.retried_trial_number (experimental)
+            note = f"retry of {t.system_attrs['failed_trial']}; {note}".rstrip("; ")
+        if t.state != TrialState.WAITING and t.user_attrs.get("host") not in (None, HOST):
+            note = f"on {t.user_attrs['host']}; {note}".rstrip("; ")
         value = f"{t.value:.4f}" if t.value is not None else ""
         rows.append([
             str(t.number), t.state.name.lower(), value, str(t.user_attrs.get("epochs", "")),
@@ -48,27 +50,21 @@ def _best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     return study.best_trial if any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)) else None
 
 
-def write_best(study: optuna.Study, spec: Namespace, sweep_dir: Path, base: Namespace) -> Path | None:
-    """The best completed trial's config.yaml (what that run really used, every default resolved) with the
-    sweep's own parts removed: the reporting callback, and the logger writing into the sweep. Trained again with
-    the same seed it reproduces the trial."""
+def write_best(study: optuna.Study, spec: Namespace, sweep_dir: Path, cli: Any) -> Path | None:
+    """The best completed trial's full config (every default resolved, as its run saved it) without the sweep's own
+    parts (the reporting callback, the logger writing into the sweep), parsed by ``cli`` here, so that it is written
+    on any machine of the sweep. Trained again with the same seed it reproduces the trial."""
     best = _best(study)
-    run_config = sweep_dir / f"trial_{best.number}" / "config.yaml" if best else None
-    if best is None or run_config is None or not run_config.is_file():
+    if best is None:
         return None
-    config = yaml.safe_load(run_config.read_text())
-    trainer = config["trainer"]
-    trainer["callbacks"] = [cb for cb in trainer.get("callbacks") or [] if cb.get("class_path") != SWEEP_CALLBACK]
-    logger_args, base_args = trainer["logger"]["init_args"], base.trainer.logger.init_args
-    for key in ("save_dir", "name", "version"):
-        logger_args[key] = base_args[key]
+    config = cli.parser.parse_args([*base_args(spec), *(flag(k, v) for k, v in best.params.items())])
     chosen = ", ".join(f"{k}={shown(v)}" for k, v in best.params.items())
     header = (
         f"# The best trial of sweep {spec.name!r}: trial {best.number}, {spec.metric}={best.value:.6f} ({chosen}).\n"
         f"# Its full config; `make train CONFIG={sweep_dir / 'best.yaml'}` trains it again (same seed, same result).\n"
     )
     path = sweep_dir / "best.yaml"
-    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    path.write_text(header + cli.parser.dump(config, skip_none=False))
     return path
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import optuna
 from jsonargparse import ArgumentParser, Namespace
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from project.engine.errors import ConfigError, config_error_in
@@ -45,6 +45,9 @@ class Sweep:
         sampler: optuna.samplers.BaseSampler | None = None,
         pruner: optuna.pruners.BasePruner | None = None,
         storage: str | None = None,
+        heartbeat_interval: PositiveInt = 30,
+        grace_period: PositiveInt = 120,
+        max_retry: NonNegativeInt = 2,
     ) -> None:
         """
         Args:
@@ -61,8 +64,13 @@ class Sweep:
             sampler: an ``optuna.samplers`` class (default: TPESampler with ``seed``).
             pruner: an ``optuna.pruners`` class (default: MedianPruner(n_startup_trials=3, n_warmup_steps=2));
                 ``optuna.pruners.NopPruner`` turns pruning off.
-            storage: an Optuna storage URL shared by workers on several machines (e.g. ``postgresql://...``);
-                default: a journal file in the sweep's directory.
+            storage: a database every worker reaches, for workers on several machines (``postgresql://user:password@
+                host/db``, ``make install EXTRAS=sweep-db``; any SQLAlchemy URL Optuna takes); default: a journal
+                file in the sweep's directory (one machine).
+            heartbeat_interval: with ``storage``: seconds between a running trial's heartbeats.
+            grace_period: with ``storage``: a trial without a heartbeat for this long is failed (its machine is
+                lost, or its worker killed), and its values run again on a live worker.
+            max_retry: how many times one trial's values run again after their worker was lost.
         """
 
 
@@ -111,26 +119,26 @@ def _class(class_path: str) -> type:
 
 
 def distribution(key: str, param: Any) -> Any:
-    """The Optuna distribution of one ``Param``; a ``ConfigError`` naming ``key`` if the range is unusable."""
+    """The Optuna distribution of one ``Param``; a ``ConfigError`` naming ``key`` if Optuna refuses the range."""
     p = param if isinstance(param, Param) else Param(**dict(param))
-    where = f"params.{key}"
-    if p.choices is not None:
-        if p.low is not None or p.high is not None:
-            raise ConfigError(f"{where}: give either choices or low/high, not both.")
-        if not p.choices:
-            raise ConfigError(f"{where}: choices is empty: list at least one value.")
-        return CategoricalDistribution(p.choices)
-    if p.low is None or p.high is None:
-        raise ConfigError(f"{where}: needs low and high (a range) or choices (a list).")
-    if p.low > p.high:
-        raise ConfigError(f"{where}: low={p.low} is above high={p.high}: the range is empty.")
-    if p.log and p.low <= 0:
-        raise ConfigError(f"{where}: log=true needs low > 0 (got low={p.low}).")
-    if p.log and p.step is not None:
-        raise ConfigError(f"{where}: step and log=true cannot be combined (Optuna samples one or the other).")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (p.low, p.high, p.step or 1)):
-        return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
-    return FloatDistribution(float(p.low), float(p.high), log=p.log, step=p.step)
+    try:
+        if p.choices is not None and (p.low, p.high) == (None, None):
+            return CategoricalDistribution(p.choices)
+        if p.choices is not None or p.low is None or p.high is None:
+            raise ValueError("give low and high (a range) or choices (a list), not both")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (p.low, p.high, p.step or 1)):
+            return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))
+        return FloatDistribution(float(p.low), float(p.high), log=p.log, step=p.step)
+    except ValueError as err:
+        raise ConfigError(f"params.{key}: {err}.") from None
+
+
+def suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
+    """Trial ``trial``'s value of ``key`` (the queued one, for a retry)."""
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(key, dist.choices)
+    suggest_number = trial.suggest_int if isinstance(dist, IntDistribution) else trial.suggest_float
+    return suggest_number(key, dist.low, dist.high, log=dist.log, step=dist.step)
 
 
 def flag(key: str, value: Any) -> str:
@@ -145,12 +153,17 @@ def shown(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def check_against_cli(spec: Namespace) -> Namespace:
+def base_args(spec: Namespace) -> list[str]:
+    """What every trial's ``fit`` is given before its own values: ``--config`` per config, then ``args``."""
+    return [a for c in spec.configs for a in ("--config", c)] + list(spec.args)
+
+
+def check_against_cli(spec: Namespace) -> Any:
     """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
     CLI would, building nothing (but the config's classes, once, when ``metric`` is not the one the task is judged
-    by: which metrics it logs is known once it is built). Returns the base config (no searched value applied), and
-    fills in the sweep's ``metric``/``direction`` from the task when the file leaves them out. ``ConfigError`` if a
-    config cannot be read or a key/value is refused, naming it."""
+    by: which metrics it logs is known once it is built). Returns the CLI, parsed (``.config``: the base config, no
+    searched value applied; ``.parser``), and fills in the sweep's ``metric``/``direction`` from the task when the
+    file leaves them out. ``ConfigError`` if a config cannot be read or a key/value is refused, naming it."""
     from project.engine.cli import CLI
 
     class ParseOnly(CLI):
@@ -169,7 +182,7 @@ def check_against_cli(spec: Namespace) -> Namespace:
         def after_instantiate_classes(self) -> None:
             pass
 
-    base = [a for c in spec.configs for a in ("--config", c)] + list(spec.args)
+    base = base_args(spec)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # LightningCLI warns when given args while sys.argv has others
@@ -233,7 +246,7 @@ def check_against_cli(spec: Namespace) -> Namespace:
             f"trainer.logger={getattr(logger, 'class_path', logger)!r}: a sweep puts each trial in its own run "
             "directory through the logger's save_dir/name/version: use TensorBoardLogger or CSVLogger."
         )
-    return cli.config
+    return cli
 
 
 def _first_line(err: BaseException) -> str:

@@ -32,7 +32,7 @@ class SweepTrial(Callback):
         if stage != "fit":
             return
         from project.engine.sweep.spec import build, load
-        from project.engine.sweep.workers import open_study, trial_id
+        from project.engine.sweep.study import open_study, trial_id
 
         spec = load(self.sweep_dir / "sweep.yaml")
         self.metric = spec.metric
@@ -40,7 +40,7 @@ class SweepTrial(Callback):
             import optuna
 
             _, pruner = build(spec)
-            study, storage = open_study(self.sweep_dir, spec, pruner=pruner)
+            study, storage = open_study(spec, self.sweep_dir, pruner=pruner)
             self._trial = optuna.trial.Trial(study, trial_id(study, storage, self.trial_number))
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -1,111 +1,42 @@
-"""The study and the workers that fill it: ``python -m project.engine.sweep.workers <sweep dir> <index>``.
+"""A worker: ``python -m project.engine.sweep.workers <sweep dir> <index>``, Optuna's ``study.optimize`` loop.
 
-A worker loops: under the sweep's lock it counts the trials finished or running, stops if they make the sweep's
-``trials``, otherwise asks the study for the next values and signs the trial with its host and pid. Then it runs
-the trial as a normal ``python -m project fit`` in its own process (a crash, an out-of-memory or a CUDA error kills
-that run, not the worker) and tells the study how it ended, read from what the trial reported.
-
-Storage is a journal file in the sweep's directory (append-only, safe with several processes; Optuna's own advice
-for one machine, faster than SQLite and without its start-up race), or a URL from the
-sweep file for workers on several machines.
+Before each trial, under the sweep's lock, the worker fails the trials whose worker is gone (their values queued
+again), counts the finished and running ones, and asks for the next values only if they do not make ``trials``
+yet; if they do while others still run, it waits: one of those may yet fail and need running again. The objective
+runs the trial as a normal ``python -m project fit`` in its own process (a crash, an out-of-memory or a CUDA
+error kills that run, not the worker) and returns what the trial reported.
 """
 
 import contextlib
-import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
-from jsonargparse import Namespace
-from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from project.engine.runs import process_alive
-from project.engine.sweep.spec import build, distribution, flag, load, shown
+from project.engine.sweep.spec import base_args, build, distribution, flag, load, shown, suggest
+from project.engine.sweep.study import HOST, fail_stale, lock, open_study, retry, trial_id
 
-HOST = socket.gethostname()
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# A trial with no pid is one whose worker died between asking and signing it (a few microseconds): after this
-# long it is not a live worker's.
-UNSIGNED_GRACE_S = 60
 FAILURES_IN_A_ROW = 3
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def open_study(sweep_dir: Path, spec: Namespace, **kwargs: Any) -> tuple[optuna.Study, BaseStorage]:
-    """The study and its storage. Optuna keeps a study's storage private (``study._storage``), so the one built
-    here is returned for what only a storage's public API does: a trial's user attribute set from outside it."""
-    if spec.storage:
-        storage: BaseStorage = optuna.storages.RDBStorage(spec.storage)
-    else:
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-        storage = JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
-    study = optuna.create_study(
-        storage=storage, study_name=spec.name, direction=spec.direction, load_if_exists=True, **kwargs
-    )
-    return study, storage
-
-
-def trial_id(study: optuna.Study, storage: BaseStorage, number: int) -> int:
-    """The storage's id of the study's trial ``number`` (Optuna keeps a trial's own id private)."""
-    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
-
-
-@contextlib.contextmanager
-def locked(sweep_dir: Path) -> Iterator[None]:
-    """One worker at a time between counting the trials and asking for one, so the sweep runs exactly
-    ``trials`` (an unlocked check-then-ask overshoots by up to workers - 1)."""
-    with open(sweep_dir / "lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def reap(study: optuna.Study, storage: BaseStorage) -> list[int]:
-    """Trials left RUNNING by a worker of this host that died (SIGKILL, out-of-memory, a lost node) are marked
-    failed and their values queued again (run from scratch, under a new number). Call under ``locked``."""
-    reaped = []
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, pid = trial.user_attrs.get("host"), trial.user_attrs.get("pid")
-        started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
-        unsigned_and_old = pid is None and time.time() - started > UNSIGNED_GRACE_S
-        if (host == HOST and pid is not None and not process_alive(pid)) or unsigned_and_old:
-            storage.set_trial_user_attr(trial_id(study, storage, trial.number), "error", f"its worker (pid {pid}) died")
-            study.tell(trial.number, state=TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-            reaped.append(trial.number)
-    return reaped
-
-
 PACKAGE = str(__package__).partition(".")[0]  # the template's top package, whatever your copy renamed it to
 
 
-def trial_command(sweep_dir: Path, spec: Namespace, number: int, params: dict[str, Any]) -> list[str]:
-    """The trial's ``fit``: the sweep's configs and args, its own run directory, the reporting callback, and the
-    trial's values last (they win over anything before them)."""
-    return [
-        sys.executable, "-m", PACKAGE, "fit",
-        *(a for c in spec.configs for a in ("--config", c)),
-        *spec.args,
-        f"--trainer.logger.init_args.save_dir={sweep_dir.parent}",
-        f"--trainer.logger.init_args.name={sweep_dir.name}",
-        f"--trainer.logger.init_args.version=trial_{number}",
-        f"--trainer.callbacks+={__package__}.trial.SweepTrial",
-        f"--trainer.callbacks.sweep_dir={sweep_dir}",
-        f"--trainer.callbacks.trial={number}",
-        *(flag(k, v) for k, v in params.items()),
-    ]  # fmt: skip
+class TrialFailed(Exception):
+    """The trial's run ended without a result: Optuna marks the trial failed and the worker goes on."""
+
+
+class Stop(KeyboardInterrupt):
+    """SIGTERM to the worker: its trial is stopped (it saves last.ckpt) and queued again, as by Ctrl-C."""
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise Stop
 
 
 def _die_with_parent() -> None:
@@ -117,90 +48,119 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-class _Stop(Exception):
-    """SIGTERM to the worker: stop the running trial (it saves last.ckpt), queue its values again, exit."""
+def trial_command(sweep_dir: Path, spec: Any, number: int, params: dict[str, Any]) -> list[str]:
+    """The trial's ``fit``: the sweep's configs and args, its own run directory, the reporting callback, and the
+    trial's values last (they win over anything before them)."""
+    run_dir = {"save_dir": sweep_dir.parent, "name": sweep_dir.name, "version": f"trial_{number}"}
+    return [
+        *(sys.executable, "-m", PACKAGE, "fit", *base_args(spec)),
+        *(f"--trainer.logger.init_args.{key}={value}" for key, value in run_dir.items()),
+        *(f"--trainer.callbacks+={__package__}.trial.SweepTrial", f"--trainer.callbacks.sweep_dir={sweep_dir}"),
+        f"--trainer.callbacks.trial={number}",
+        *(flag(k, v) for k, v in params.items()),
+    ]
 
 
-def _raise_stop(signum: int, frame: Any) -> None:
-    raise _Stop
+class Worker:
+    def __init__(self, sweep_dir: Path, index: int) -> None:
+        self.sweep_dir, self.index, self.spec = sweep_dir, index, load(sweep_dir / "sweep.yaml")
+        sampler, pruner = build(self.spec, index)
+        self.study, self.store = open_study(self.spec, sweep_dir, sampler=sampler, pruner=pruner)
+        self.distributions = {key: distribution(key, param) for key, param in self.spec.params.items()}
+        self.held = contextlib.ExitStack()  # the lock, from the count until the trial it allows is asked
+        self.failures = 0
 
-
-def run_trial(
-    study: optuna.Study, storage: BaseStorage, trial: optuna.Trial, sweep_dir: Path, spec: Namespace, worker: int
-) -> TrialState:
-    run_dir = sweep_dir / f"trial_{trial.number}"
-    run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
-    chosen = " ".join(f"{k}={shown(v)}" for k, v in trial.params.items())
-    print(f"trial {trial.number} (worker {worker}): {chosen}", flush=True)
-    started, interrupted = time.monotonic(), None
-    with open(run_dir / "console.log", "w") as log:
-        proc = subprocess.Popen(
-            trial_command(sweep_dir, spec, trial.number, trial.params),
-            stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+    def claim(self) -> bool:
+        """Whether to run another trial; if so, the lock is held until ``objective`` has its trial."""
+        waiting = False
         while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:  # Ctrl-C reached the trial too (same process group): it is saving; wait
-                interrupted = "SIGINT"
-            except _Stop:
-                interrupted = "SIGTERM"
-                proc.send_signal(signal.SIGTERM)
-    took = time.monotonic() - started
-    frozen = storage.get_trial(trial_id(study, storage, trial.number))  # what the trial's process reported
-    values = [frozen.intermediate_values[k] for k in sorted(frozen.intermediate_values)]
-    trial.set_user_attr("seconds", round(took, 1))
-    trial.set_user_attr("epochs", len(values))
-    if interrupted is None and code == 0 and "pruned_at_epoch" in frozen.user_attrs:
-        state, result = TrialState.PRUNED, f"pruned at epoch {frozen.user_attrs['pruned_at_epoch']}"
-        study.tell(trial, state=state)  # its value: the last one reported
-    elif interrupted is None and code == 0 and values:
-        best = max(values) if spec.direction == "maximize" else min(values)
-        state, result = TrialState.COMPLETE, f"{spec.metric}={best:.4f}"
-        study.tell(trial, best)
-    else:
-        state = TrialState.FAIL
-        result = f"interrupted by {interrupted}" if interrupted else f"failed (exit {code}): {_last_line(run_dir)}"
-        trial.set_user_attr("error", result)
-        study.tell(trial, state=state)
-        if interrupted:  # the next `make sweep` runs these values again
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
-    print(f"trial {trial.number} (worker {worker}): {result}  ({len(values)} validations, {took:.0f} s)", flush=True)
-    if interrupted:
-        raise KeyboardInterrupt
-    return state
+            self.held.enter_context(lock(self.study, self.store, self.sweep_dir))
+            for number in fail_stale(self.study, self.store, self.spec.max_retry):
+                print(f"trial {number}: its worker is gone (a lost machine or a killed process): failed, its values "
+                      "queued again.", flush=True)  # fmt: skip
+            trials = self.study.get_trials(deepcopy=False)
+            finished, running = (sum(t.state in states for t in trials) for states in (FINISHED, (TrialState.RUNNING,)))
+            if finished + running < self.spec.trials:
+                return True
+            self.held.close()
+            if finished >= self.spec.trials:
+                return False
+            if not waiting:
+                print(f"worker {self.index}: {running} trial(s) running elsewhere may still need running again: "
+                      "waiting for them.", flush=True)  # fmt: skip
+            waiting = True
+            time.sleep(min(self.spec.heartbeat_interval, 5))
 
+    def after(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna's callback after each trial: stop after failures in a row, or when the sweep has its trials."""
+        self.failures = self.failures + 1 if trial.state == TrialState.FAIL else 0
+        if self.failures >= FAILURES_IN_A_ROW:
+            print(f"worker {self.index}: {self.failures} trials in a row failed; stopping; the last one: "
+                  f"{trial.user_attrs['error'].partition(': ')[2]}", flush=True)  # fmt: skip
+            study.stop()
+        elif not self.claim():
+            study.stop()
 
-def work(sweep_dir: Path, worker: int) -> int:
-    spec = load(sweep_dir / "sweep.yaml")
-    sampler, pruner = build(spec, worker)
-    study, storage = open_study(sweep_dir, spec, sampler=sampler, pruner=pruner)
-    distributions = {key: distribution(key, param) for key, param in spec.params.items()}
-    signal.signal(signal.SIGTERM, _raise_stop)
-    # Ctrl-C raises KeyboardInterrupt even if SIGINT was ignored when this process started (a parent that ignores
-    # it, e.g. a background job of a script or a test runner's worker): the trial stops with a checkpoint anyway.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    failures = 0
-    while True:
-        with locked(sweep_dir):
-            counted = study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.RUNNING))
-            if len(counted) >= spec.trials:
-                return 0
-            trial = study.ask(distributions)  # values queued by a retry come first
-            trial.set_user_attr("host", HOST)
-            trial.set_user_attr("pid", os.getpid())
+    def objective(self, trial: optuna.Trial) -> float:
+        trial.set_user_attr("host", HOST)
+        trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("error", "")  # a retry copies its original's attributes
+        self.held.close()  # signed: the next worker may count
+        for key, dist in self.distributions.items():
+            suggest(trial, key, dist)
+        run_dir = self.sweep_dir / f"trial_{trial.number}"
+        run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
+        chosen = " ".join(f"{k}={shown(v)}" for k, v in trial.params.items())
+        print(f"trial {trial.number} (worker {self.index}): {chosen}", flush=True)
+        started, interrupted = time.monotonic(), None
+        with open(run_dir / "console.log", "w") as log:
+            command = trial_command(self.sweep_dir, self.spec, trial.number, trial.params)
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            while True:
+                try:
+                    code = proc.wait()
+                    break
+                except Stop:
+                    interrupted = "SIGTERM"
+                    proc.send_signal(signal.SIGTERM)
+                except KeyboardInterrupt:  # Ctrl-C reached the trial too (same process group): it is saving; wait
+                    interrupted = "SIGINT"
+        took = time.monotonic() - started
+        reported = self.store.get_trial(trial_id(self.study, self.store, trial.number))  # by the trial's process
+        values = [reported.intermediate_values[k] for k in sorted(reported.intermediate_values)]
+        trial.set_user_attr("seconds", round(took, 1))
+        trial.set_user_attr("epochs", len(values))
+        done = f"({len(values)} validations, {took:.0f} s)"
+        if interrupted is None and code == 0 and "pruned_at_epoch" in reported.user_attrs:
+            print(f"trial {trial.number} (worker {self.index}): pruned at epoch "
+                  f"{reported.user_attrs['pruned_at_epoch']}  {done}", flush=True)  # fmt: skip
+            raise optuna.TrialPruned  # its value: the last one reported
+        if interrupted is None and code == 0 and values:
+            best = max(values) if self.spec.direction == "maximize" else min(values)
+            print(f"trial {trial.number} (worker {self.index}): {self.spec.metric}={best:.4f}  {done}", flush=True)
+            return best
+        error = f"interrupted by {interrupted}" if interrupted else f"failed (exit {code}): {_last_line(run_dir)}"
+        trial.set_user_attr("error", error)
+        print(f"trial {trial.number} (worker {self.index}): {error}  {done}", flush=True)
+        if interrupted:  # Optuna marks it failed; the next `make sweep` runs its values again
+            retry(self.study, self.store, trial.number)
+            raise KeyboardInterrupt
+        raise TrialFailed(error)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, _raise_stop)
+        # Ctrl-C raises KeyboardInterrupt even if SIGINT was ignored when this process started (a parent that
+        # ignores it, e.g. a background job of a script or a test runner's worker): the trial stops with a
+        # checkpoint anyway.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            state = run_trial(study, storage, trial, sweep_dir, spec, worker)
+            if self.claim():
+                self.study.optimize(self.objective, catch=(TrialFailed,), callbacks=[self.after])
         except KeyboardInterrupt:
             return 130
-        failures = failures + 1 if state == TrialState.FAIL else 0
-        if failures >= FAILURES_IN_A_ROW:
-            last = storage.get_trial(trial_id(study, storage, trial.number)).user_attrs.get("error", "")
-            print(
-                f"worker {worker}: {failures} trials in a row failed; stopping; the last one: {last.partition(': ')[2]}"
-            )
-            return 1
+        finally:
+            self.held.close()
+        return 1 if self.failures >= FAILURES_IN_A_ROW else 0
 
 
 def _last_line(run_dir: Path) -> str:
@@ -213,4 +173,4 @@ def _last_line(run_dir: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(work(Path(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(Worker(Path(sys.argv[1]), int(sys.argv[2])).run())
