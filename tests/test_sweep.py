@@ -3,10 +3,14 @@ every rank at once, refuses a bad space before running anything, and hands back 
 best trial."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -353,4 +357,144 @@ def test_a_metric_the_task_does_not_log_is_refused_before_anything_runs(tmp_path
     assert main([str(spec)]) == 2
     err = capsys.readouterr().err
     assert "metric='val/rmse': Classifier does not log it; it logs val/acc, val/loss" in err
+    assert not (tmp_path / "logs").exists()
+
+
+PASSWORD = "sweep-secret"
+
+
+def _postgres_bindir() -> Path | None:
+    """Where initdb and pg_ctl are: on PATH, or where pg_config says (Debian keeps them off PATH)."""
+    if shutil.which("pg_ctl"):
+        return Path(str(shutil.which("pg_ctl"))).parent
+    if shutil.which("pg_config"):
+        found = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+        if found and (Path(found) / "pg_ctl").is_file():
+            return Path(found)
+    return None
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A real PostgreSQL server on loopback, password login over TCP; its URL. Its data lives in a folder of its
+    own under the system's temporary directory (removed after): the server runs as the unprivileged `postgres`
+    user when the tests run as root (it refuses root), and pytest's temporary folders are private to their user."""
+    pytest.importorskip("psycopg", reason="the sweep-db extra (psycopg) is not installed")
+    bindir = _postgres_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    as_server = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    home = Path(tempfile.mkdtemp(prefix="sweep-postgres-"))
+    try:
+        (home / "password").write_text(PASSWORD)
+        if as_server:
+            shutil.chown(home, "postgres")
+        subprocess.run([*as_server, str(bindir / "initdb"), "-D", str(home / "data"), "-U", "postgres",
+                        "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={home / 'password'}"],
+                       check=True, capture_output=True)  # fmt: skip
+        port = free_port()
+        options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1"
+        subprocess.run([*as_server, str(bindir / "pg_ctl"), "-D", str(home / "data"), "-o", options,
+                        "-l", str(home / "log"), "-w", "start"], check=True, capture_output=True)  # fmt: skip
+        yield f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/postgres"
+        subprocess.run([*as_server, str(bindir / "pg_ctl"), "-D", str(home / "data"), "-m", "immediate", "stop"],
+                       capture_output=True)  # fmt: skip
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.guarantee(
+    "two machines on one PostgreSQL study, one lost mid-trial (its worker and trial SIGKILLed): the other fails its "
+    "trial once it stops beating, runs its values again, and finishes exactly the sweep's trials"
+)
+@pytest.mark.slow
+def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(postgres: str, tmp_path: Path) -> None:
+    # Two checkouts: their own logs, one sweep file but for the run directories; every trial holds after its first
+    # validation until its machine's release file exists, so machine B is lost mid-trial, whatever the speed.
+    specs = {}
+    for machine in ("a", "b"):
+        (tmp_path / machine).mkdir()
+        spec, logs = tmp_path / machine / "lost.yaml", tmp_path / machine / "logs"
+        hold = ["--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={tmp_path / f'release_{machine}'}"]
+        args = [*yaml.safe_load(write_spec(spec, logs).read_text())["args"], *hold]
+        specs[machine] = write_spec(spec, logs, trials=3, args=args, storage=postgres, heartbeat_interval=1,
+                                    grace_period=3)  # fmt: skip
+    a = sweep(specs["a"])
+    b = sweep(specs["b"])
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "release_b.held-rank0").exists() and b.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert (tmp_path / "release_b.held-rank0").exists(), finish(b, timeout=1)[1]
+    os.killpg(b.pid, signal.SIGKILL)  # machine B is lost: its launcher, worker and trial at once
+    b.wait()
+    (tmp_path / "release_a").touch()
+    code, out = finish(a)
+    assert code == 0, out
+
+    trials = optuna.load_study(study_name="lost", storage=postgres).get_trials()
+    on_b = [int(p.name.removeprefix("trial_")) for p in (tmp_path / "b" / "logs" / "sweeps" / "lost").glob("trial_*")]
+    assert len(on_b) == 1 and trials[on_b[0]].state == TrialState.FAIL  # its run folder stays where it was
+    assert f"trial {on_b[0]}: its worker is gone" in out
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == on_b[0]]
+    assert len(retries) == 1 and retries[0].params == trials[on_b[0]].params
+    assert (tmp_path / "a" / "logs" / "sweeps" / "lost" / f"trial_{retries[0].number}" / "config.yaml").is_file()
+    states = [t.state for t in trials]
+    assert sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states) == 3 and TrialState.RUNNING not in states
+
+
+@pytest.mark.guarantee(
+    "two machines on one PostgreSQL study, one lost mid-trial (its worker and trial SIGKILLed): the other fails its "
+    "trial once it stops beating, runs its values again, and finishes exactly the sweep's trials"
+)
+def test_the_count_before_a_trial_is_locked_for_every_machine(postgres: str, tmp_path: Path) -> None:
+    from project.engine.sweep import spec as sweep_spec
+    from project.engine.sweep.study import lock, open_study
+
+    spec = sweep_spec.load(write_spec(tmp_path / "locked.yaml", tmp_path / "logs", storage=postgres))
+    # Two machines: each its own storage (its own connections) and its own sweep directory.
+    machines = [open_study(spec, tmp_path / name) for name in ("a", "b")]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    entered = threading.Event()
+
+    def second_machine() -> None:
+        with lock(*machines[1], tmp_path / "b"):
+            entered.set()
+
+    engine = machines[0][1].engine
+    with lock(*machines[0], tmp_path / "a"):
+        thread = threading.Thread(target=second_machine)
+        thread.start()
+        waiting = 0
+        deadline = time.monotonic() + 60
+        while not waiting and not entered.is_set() and time.monotonic() < deadline:
+            with engine.connect() as connection:
+                sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                waiting = connection.exec_driver_sql(sql).scalar()
+            time.sleep(0.05)
+        assert waiting == 1 and not entered.is_set()  # machine B waits for machine A's count
+    thread.join(timeout=60)
+    assert entered.is_set()  # and goes on once A is done
+
+
+@pytest.mark.guarantee(
+    "a sweep database that cannot be used is named in one sentence, password hidden, nothing written"
+)
+@pytest.mark.parametrize("case", ["wrong password", "nothing listening", "no driver"])
+def test_a_database_that_cannot_be_used_is_one_sentence(
+    case: str, postgres: str, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    url = {
+        "wrong password": postgres.replace(PASSWORD, "not-the-password"),
+        "nothing listening": f"postgresql://postgres:{PASSWORD}@127.0.0.1:{free_port()}/postgres",
+        "no driver": postgres,
+    }[case]
+    if case == "no driver":
+        monkeypatch.setitem(sys.modules, "psycopg", None)  # what SQLAlchemy's import sees when it is not installed
+    assert main([str(write_spec(tmp_path / "s.yaml", tmp_path / "logs", storage=url))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "postgresql://postgres:***@127.0.0.1" in err
+    assert "not-the-password" not in err and PASSWORD not in err
+    assert {"wrong password": "password authentication failed", "nothing listening": "cannot connect",
+            "no driver": "make install EXTRAS=sweep-db"}[case] in err  # fmt: skip
     assert not (tmp_path / "logs").exists()
