@@ -51,9 +51,9 @@ def write_spec(path: Path, logs: Path, **overrides: object) -> Path:
     return path
 
 
-def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
-    """``python -m project.engine.sweep`` as `make sweep` runs it, in its own process group (``finish`` kills it
-    whole on timeout)."""
+def sweep(spec: Path, *args: str, command: list[str] | None = None) -> subprocess.Popen[str]:
+    """``python -m project.engine.sweep`` as `make sweep` runs it (or ``command``), in its own process group
+    (``finish`` kills it whole on timeout)."""
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -63,7 +63,7 @@ def sweep(spec: Path, *args: str) -> subprocess.Popen[str]:
         "PYTHONPATH": PYTHONPATH,
     }  # fmt: skip (probes importable)
     return subprocess.Popen(
-        [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
+        command or [sys.executable, "-m", "project.engine.sweep", str(spec), *args],
         cwd=spec.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
@@ -246,7 +246,8 @@ def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
     "queues the trial again"
 )
 @pytest.mark.slow
-def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(signum: int, tmp_path: Path) -> None:
     # Trial 0 holds between its first two epochs until it is told to stop: the Ctrl-C lands mid-trial.
     args = [f"--trainer.logger.init_args.save_dir={tmp_path / 'logs'}", "--trainer.max_epochs=4",
             "--model.net=toy.MLP", "--trainer.enable_progress_bar=false", "--trainer.callbacks+=probes.Hold",
@@ -259,15 +260,19 @@ def test_ctrl_c_stops_the_sweep_with_a_checkpoint_and_queues_the_trial_again(tmp
         time.sleep(0.5)
         reported = any(t.intermediate_values for t in trials_so_far(sweep_dir, "s"))
     assert reported, "trial 0 never reported"
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground process group
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: the whole foreground process group
+    else:
+        proc.send_signal(signal.SIGTERM)  # what SLURM does before a time limit: to the launcher (slurm_sweep.sbatch)
     code, out = finish(proc)
     assert code == 130 and "run the same command again" in out, out
     trials = load(sweep_dir, "s").get_trials()
-    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["error"] == "interrupted by SIGINT"
+    name = signal.Signals(signum).name
+    assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["error"] == f"interrupted by {name}"
     queued = [t for t in trials if t.state == TrialState.WAITING]
     assert len(queued) == 1 and queued[0].system_attrs["failed_trial"] == 0
     assert queued[0].params == trials[0].params
-    assert "Interrupted by SIGINT" in (sweep_dir / "trial_0" / "console.log").read_text()
+    assert f"Interrupted by {name}" in (sweep_dir / "trial_0" / "console.log").read_text()
     assert (sweep_dir / "trial_0" / "checkpoints" / "last.ckpt").is_file()
 
 
@@ -408,7 +413,9 @@ def postgres() -> Iterator[str]:
     "trial once it stops beating, runs its values again, and finishes exactly the sweep's trials"
 )
 @pytest.mark.slow
-def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(postgres: str, tmp_path: Path) -> None:
+def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
+    postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Two checkouts: their own logs, one sweep file but for the run directories; every trial holds after its first
     # validation until its machine's release file exists, so machine B is lost mid-trial, whatever the speed.
     specs = {}
@@ -419,8 +426,10 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(postgre
         args = [*yaml.safe_load(write_spec(spec, logs).read_text())["args"], *hold]
         specs[machine] = write_spec(spec, logs, trials=3, args=args, storage=postgres, heartbeat_interval=1,
                                     grace_period=3)  # fmt: skip
-    a = sweep(specs["a"])
-    b = sweep(specs["b"])
+    # Each machine a task of scripts/slurm_sweep.sbatch's job array, as sbatch runs it (from the submit directory).
+    monkeypatch.setenv("SLURM_SUBMIT_DIR", str(ROOT))
+    script = ["bash", str(ROOT / "scripts" / "slurm_sweep.sbatch")]
+    a, b = (sweep(specs[machine], command=[*script, str(specs[machine])]) for machine in "ab")
     deadline = time.monotonic() + 300
     while not (tmp_path / "release_b.held-rank0").exists() and b.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)

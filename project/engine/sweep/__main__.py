@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for i, gpus in enumerate(gpu_groups(args.workers))
     ]
+    # SIGTERM (SLURM's before a time limit, a preemption): every worker stops its trial (saved, queued again).
+    signal.signal(signal.SIGTERM, lambda signum, frame: [proc.send_signal(signum) for proc in processes])
     codes = []
     for proc in processes:
         while True:

@@ -5,8 +5,8 @@ Read with jsonargparse, like every other config: a key of the file is an argumen
 project's own CLI (parsed, nothing built) before any trial runs, so a typo costs one sentence, not a sweep.
 """
 
-import importlib
 import inspect
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,7 @@ from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from project.engine.checks import kind_of
 from project.engine.errors import ConfigError, config_error_in
 
 
@@ -92,30 +93,12 @@ def load(path: str | Path) -> Namespace:
     spec.name = spec.name or path.stem
     if not spec.params:
         raise ConfigError(f"{path}: params is empty: name at least one config key to search.")
-    for key, param in spec.params.items():
-        distribution(key, param)  # raises for an empty range, a missing bound, ...
+    distributions(spec)  # each range checked
     return spec
 
 
-def build(spec: Namespace, worker: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
-    """The sampler and pruner the file names; a sampler's seed is offset by the worker's index."""
-    sampler = spec.sampler
-    if sampler is None:
-        sampler = Namespace(class_path="optuna.samplers.TPESampler", init_args=Namespace())
-    sampler = sampler.clone()
-    if "seed" in inspect.signature(_class(sampler.class_path)).parameters:
-        sampler.init_args = sampler.init_args or Namespace()
-        sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + worker
-    pruner = spec.pruner or Namespace(
-        class_path="optuna.pruners.MedianPruner", init_args=Namespace(n_startup_trials=3, n_warmup_steps=2)
-    )
-    built = parser().instantiate_classes(Namespace(params={}, sampler=sampler, pruner=pruner))
-    return built.sampler, built.pruner
-
-
-def _class(class_path: str) -> type:
-    module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+def distributions(spec: Namespace) -> dict[str, Any]:
+    return {key: distribution(key, param) for key, param in spec.params.items()}
 
 
 def distribution(key: str, param: Any) -> Any:
@@ -141,10 +124,22 @@ def suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
     return suggest_number(key, dist.low, dist.high, log=dist.log, step=dist.step)
 
 
+def build(spec: Namespace, worker: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
+    """The sampler and pruner the file names; a sampler's seed is offset by the worker's index (parallel workers
+    propose different values)."""
+    sampler = (spec.sampler or Namespace(class_path="optuna.samplers.TPESampler")).clone()
+    if "seed" in inspect.signature(kind_of(sampler)).parameters:
+        sampler.init_args = sampler.get("init_args") or Namespace()
+        sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + worker
+    pruner = spec.pruner or Namespace(
+        class_path="optuna.pruners.MedianPruner", init_args=Namespace(n_startup_trials=3, n_warmup_steps=2)
+    )
+    built = parser().instantiate_classes(Namespace(params={}, sampler=sampler, pruner=pruner))
+    return built.sampler, built.pruner
+
+
 def flag(key: str, value: Any) -> str:
     """``--key=value`` as the CLI parses it (YAML: strings as they are, numbers and booleans as literals)."""
-    import json
-
     return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
@@ -159,11 +154,11 @@ def base_args(spec: Namespace) -> list[str]:
 
 
 def check_against_cli(spec: Namespace) -> Any:
-    """Parse the trial configs with every searched key at each end of its range (each choice), as the project's
-    CLI would, building nothing (but the config's classes, once, when ``metric`` is not the one the task is judged
-    by: which metrics it logs is known once it is built). Returns the CLI, parsed (``.config``: the base config, no
-    searched value applied; ``.parser``), and fills in the sweep's ``metric``/``direction`` from the task when the
-    file leaves them out. ``ConfigError`` if a config cannot be read or a key/value is refused, naming it."""
+    """The project's CLI, given the sweep's configs and args and then each searched key at each end of its range
+    (each choice), parsed (nothing built). Fills in the sweep's ``metric``/``direction`` from the task when the
+    file leaves them out; which metrics a task logs is known once it is built, so the config's classes are built
+    once (no Trainer) when the metric is another. Returns the CLI: ``.config`` (no searched value), ``.parser``.
+    ``ConfigError`` naming what the CLI refuses."""
     from project.engine.cli import CLI
 
     class ParseOnly(CLI):
@@ -189,20 +184,8 @@ def check_against_cli(spec: Namespace) -> Any:
             cli = ParseOnly(base, run=False)
     except Exception as err:
         raise ConfigError(f"the sweep's configs/args are refused by the CLI: {_first_line(err)}") from None
-    # Round r sets every key to its r-th candidate (low, high; or each choice): a few parses check them all, and
-    # only a refused round is parsed again key by key, to name the key.
-    candidates = {}
-    for key, param in spec.params.items():
-        dist = distribution(key, param)
-        candidates[key] = list(dist.choices) if isinstance(dist, CategoricalDistribution) else [dist.low, dist.high]
-    for r in range(max(len(c) for c in candidates.values())):
-        chosen = {key: c[min(r, len(c) - 1)] for key, c in candidates.items()}
-        try:
-            cli.parser.parse_args([*base, *(flag(k, v) for k, v in chosen.items())])
-            continue
-        except Exception:
-            pass
-        for key, value in chosen.items():
+    for key, dist in distributions(spec).items():
+        for value in dist.choices if isinstance(dist, CategoricalDistribution) else (dist.low, dist.high):
             try:
                 cli.parser.parse_args([*base, flag(key, value)])
             except Exception as err:
@@ -210,15 +193,10 @@ def check_against_cli(spec: Namespace) -> Any:
                     f"params.{key}: the CLI refuses --{key}={value!r}: {_first_line(err)} (a searched key is any "
                     "config key, e.g. model.init_args.lr, data.init_args.batch_size)."
                 ) from None
-        shown = " ".join(flag(k, v) for k, v in chosen.items())
-        raise ConfigError(f"params: each value parses alone, but together the CLI refuses them: {shown}.")
-    task: Any = _class(cli.config.model.class_path)
+    task: Any = kind_of(cli.config.model)
     judged_by, direction = task.monitor, task.mode
-    chosen_monitor = (cli.config.model.get("init_args") or {}).get("monitor")  # model.monitor: the run's own metric
-    if (spec.metric is not None and spec.metric != task.monitor) or chosen_monitor:
-        # Which metrics the task logs is known once it is built (its MetricCollection): the config's classes are
-        # built once, as a trial builds them (the data read, the net made; no Trainer).
-        try:
+    if spec.metric not in (None, task.monitor) or (cli.config.model.get("init_args") or {}).get("monitor"):
+        try:  # built as a trial builds them: the data read, the net made
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 built = cli.parser.instantiate_classes(cli.config)["model"]
@@ -226,22 +204,20 @@ def check_against_cli(spec: Namespace) -> Any:
             raise (config_error_in(err) or err) from None
         logged = {"val/loss", *built.val_metrics.keys()}
         judged_by, direction = built.monitor, built.mode
-        if spec.metric is not None and spec.metric not in logged:
+        if spec.metric not in (None, *logged):
             raise ConfigError(
                 f"metric={spec.metric!r}: {task.__name__} does not log it; it logs {', '.join(sorted(logged))} after "
                 "every validation (leave metric out for the one it is judged by)."
             )
     spec.metric = spec.metric or judged_by
-    if spec.direction is None:
-        if spec.metric != judged_by:
-            raise ConfigError(
-                f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({judged_by}): give its "
-                "direction (maximize or minimize) in the sweep file."
-            )
-        spec.direction = "maximize" if direction == "max" else "minimize"
+    if spec.direction is None and spec.metric != judged_by:
+        raise ConfigError(
+            f"metric={spec.metric!r} is not the metric {task.__name__} is judged by ({judged_by}): give its "
+            "direction (maximize or minimize) in the sweep file."
+        )
+    spec.direction = spec.direction or ("maximize" if direction == "max" else "minimize")
     logger = cli.config.trainer.logger
-    init_args = getattr(logger, "init_args", None) or {}
-    if not all(k in init_args for k in ("save_dir", "name", "version")):
+    if not all(k in (getattr(logger, "init_args", None) or {}) for k in ("save_dir", "name", "version")):
         raise ConfigError(
             f"trainer.logger={getattr(logger, 'class_path', logger)!r}: a sweep puts each trial in its own run "
             "directory through the logger's save_dir/name/version: use TensorBoardLogger or CSVLogger."

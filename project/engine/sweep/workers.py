@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from project.engine.sweep.spec import base_args, build, distribution, flag, load, shown, suggest
+from project.engine.sweep.spec import base_args, build, distributions, flag, load, shown, suggest
 from project.engine.sweep.study import HOST, fail_stale, lock, open_study, retry, trial_id
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -66,7 +66,6 @@ class Worker:
         self.sweep_dir, self.index, self.spec = sweep_dir, index, load(sweep_dir / "sweep.yaml")
         sampler, pruner = build(self.spec, index)
         self.study, self.store = open_study(self.spec, sweep_dir, sampler=sampler, pruner=pruner)
-        self.distributions = {key: distribution(key, param) for key, param in self.spec.params.items()}
         self.held = contextlib.ExitStack()  # the lock, from the count until the trial it allows is asked
         self.failures = 0
 
@@ -106,7 +105,7 @@ class Worker:
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("error", "")  # a retry copies its original's attributes
         self.held.close()  # signed: the next worker may count
-        for key, dist in self.distributions.items():
+        for key, dist in distributions(self.spec).items():
             suggest(trial, key, dist)
         run_dir = self.sweep_dir / f"trial_{trial.number}"
         run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
