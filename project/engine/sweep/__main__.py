@@ -77,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         for i, gpus in enumerate(gpu_groups(args.workers))
     ]
-    # SIGTERM (SLURM's before a time limit, a preemption): every worker stops its trial (saved, queued again).
-    signal.signal(signal.SIGTERM, lambda signum, frame: [proc.send_signal(signum) for proc in processes])
+
+    def stop_workers(signum: int, frame: Any) -> None:  # SIGTERM (SLURM's before a time limit, a preemption)
+        for proc in processes:
+            proc.send_signal(signum)  # each stops its trial (saved) and queues its values again
+
+    signal.signal(signal.SIGTERM, stop_workers)
     codes = []
     for proc in processes:
         while True:
