@@ -232,6 +232,19 @@ def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -
     assert "[rank 0] trial 0 pruned at epoch 1" in console and "[rank 1] trial 0 pruned at epoch 1" in console
 
 
+@pytest.mark.slow
+def test_a_trial_is_never_pruned_at_its_last_validation(tmp_path: Path) -> None:
+    # A pruner that would prune at the second validation, which is the last of a 2-epoch trial: it ran in full.
+    pruner = {"class_path": "optuna.pruners.ThresholdPruner", "init_args": {"lower": 2.0, "n_warmup_steps": 1}}
+    spec = write_spec(tmp_path / "last.yaml", tmp_path / "logs", trials=1, pruner=pruner,
+                      args=[*yaml.safe_load(write_spec(tmp_path / "last.yaml", tmp_path / "logs").read_text())["args"],
+                            "--trainer.max_epochs=2"])  # fmt: skip
+    code, out = finish(sweep(spec))
+    assert code == 0, out
+    trial = load(tmp_path / "logs" / "sweeps" / "last", "last").get_trials()[0]
+    assert trial.state == TrialState.COMPLETE and len(trial.intermediate_values) == 2
+
+
 def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
     from project.engine.sweep import spec
 
@@ -408,6 +421,17 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def new_database(postgres: str, name: str) -> str:
+    """A database of its own on the server (Optuna's tables not made yet): its URL."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.exec_driver_sql(f"CREATE DATABASE {name}")
+    engine.dispose()
+    return postgres.rsplit("/", 1)[0] + f"/{name}"
+
+
 @pytest.mark.guarantee(
     "two machines on one PostgreSQL study, one lost mid-trial (its worker and trial SIGKILLed): the other fails its "
     "trial once it stops beating, runs its values again, and finishes exactly the sweep's trials"
@@ -418,13 +442,14 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
 ) -> None:
     # Two checkouts: their own logs, one sweep file but for the run directories; every trial holds after its first
     # validation until its machine's release file exists, so machine B is lost mid-trial, whatever the speed.
+    url = new_database(postgres, "lost")  # both machines start at once: both make Optuna's tables (one wins)
     specs = {}
     for machine in ("a", "b"):
         (tmp_path / machine).mkdir()
         spec, logs = tmp_path / machine / "lost.yaml", tmp_path / machine / "logs"
         hold = ["--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={tmp_path / f'release_{machine}'}"]
         args = [*yaml.safe_load(write_spec(spec, logs).read_text())["args"], *hold]
-        specs[machine] = write_spec(spec, logs, trials=3, args=args, storage=postgres, heartbeat_interval=1,
+        specs[machine] = write_spec(spec, logs, trials=3, args=args, storage=url, heartbeat_interval=1,
                                     grace_period=3)  # fmt: skip
     # Each machine a task of scripts/slurm_sweep.sbatch's job array, as sbatch runs it (from the submit directory).
     monkeypatch.setenv("SLURM_SUBMIT_DIR", str(ROOT))
@@ -440,7 +465,7 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
     code, out = finish(a)
     assert code == 0, out
 
-    trials = optuna.load_study(study_name="lost", storage=postgres).get_trials()
+    trials = optuna.load_study(study_name="lost", storage=url).get_trials()
     on_b = [int(p.name.removeprefix("trial_")) for p in (tmp_path / "b" / "logs" / "sweeps" / "lost").glob("trial_*")]
     assert len(on_b) == 1 and trials[on_b[0]].state == TrialState.FAIL  # its run folder stays where it was
     assert f"trial {on_b[0]}: its worker is gone" in out
@@ -449,6 +474,9 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
     assert (tmp_path / "a" / "logs" / "sweeps" / "lost" / f"trial_{retries[0].number}" / "config.yaml").is_file()
     states = [t.state for t in trials]
     assert sum(s in (TrialState.COMPLETE, TrialState.PRUNED) for s in states) == 3 and TrialState.RUNNING not in states
+    # The machines proposed different values (each proposal seeded by the trials before it), but for the retry.
+    proposed = [tuple(sorted(t.params.items())) for t in trials if "failed_trial" not in t.system_attrs]
+    assert len(set(proposed)) == len(proposed)
 
 
 @pytest.mark.guarantee(

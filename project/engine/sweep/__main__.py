@@ -7,6 +7,7 @@ table, best.yaml and the plots. Run it again to continue the same study; run it 
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -83,14 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             proc.send_signal(signum)  # each stops its trial (saved) and queues its values again
 
     signal.signal(signal.SIGTERM, stop_workers)
-    codes = []
-    for proc in processes:
-        while True:
-            try:
-                codes.append(proc.wait())
-                break
-            except KeyboardInterrupt:  # the workers got it too; they stop their trials (saved) and exit
-                pass
+    codes: list[int] = []
+    while len(codes) < len(processes):  # each worker reaped as it ends: a dead worker is no zombie that looks alive
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the workers got it too; they stop their trials (saved)
+            codes.append(os.waitstatus_to_exitcode(os.wait()[1]))
     _report(study, spec, sweep_dir, cli)
     if any(code == 130 for code in codes):
         print("Interrupted: run the same command again to continue the sweep.", file=sys.stderr)

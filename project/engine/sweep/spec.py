@@ -33,6 +33,33 @@ class Param:
 
 
 class Sweep:
+    """The sweep file: every key is one of these arguments.
+
+    Args:
+        params: the search space, ``{config key: Param}``; a key is any ``--key=value`` the CLI takes.
+        configs: the configs every trial trains with (``--config`` each, in order).
+        args: further ``--key=value`` flags for every trial (e.g. a shorter ``--trainer.max_epochs``).
+        name: the study's name and the sweep's directory, ``<logger save_dir>/sweeps/<name>`` (default: this
+            file's name); another name starts another study (in a shared ``storage`` too).
+        metric: what a trial reports at every validation and the study optimises: its best value in the run
+            (default: the metric the configs' task is judged by, e.g. val/acc, val/rmse).
+        direction: maximize or minimize ``metric`` (default: the task's direction for its own metric; give it
+            when ``metric`` names another).
+        trials: how many trials to finish (completed or pruned; failed ones are not counted).
+        seed: the sampler's seed: a new trial's values are proposed with ``seed`` plus the number of trials before
+            it, so workers on any machine propose different values, and a sweep of one worker repeats exactly.
+        sampler: an ``optuna.samplers`` class (default: TPESampler with ``seed``).
+        pruner: an ``optuna.pruners`` class (default: MedianPruner(n_startup_trials=3, n_warmup_steps=2));
+            ``optuna.pruners.NopPruner`` turns pruning off.
+        storage: a database every worker reaches, for workers on several machines (``postgresql://user:password@
+            host/db``, ``make install EXTRAS=sweep-db``; any SQLAlchemy URL Optuna takes); default: a journal
+            file in the sweep's directory (one machine).
+        heartbeat_interval: with ``storage``: seconds between a running trial's heartbeats.
+        grace_period: with ``storage``: a trial without a heartbeat for this long is failed (its machine is
+            lost, or its worker killed), and its values run again on a live worker.
+        max_retry: how many times one trial's values run again after their worker was lost.
+    """
+
     def __init__(
         self,
         params: dict[str, Param],
@@ -50,29 +77,7 @@ class Sweep:
         grace_period: PositiveInt = 120,
         max_retry: NonNegativeInt = 2,
     ) -> None:
-        """
-        Args:
-            params: the search space, ``{config key: Param}``; a key is any ``--key=value`` the CLI takes.
-            configs: the configs every trial trains with (``--config`` each, in order).
-            args: further ``--key=value`` flags for every trial (e.g. a shorter ``--trainer.max_epochs``).
-            name: the sweep's directory, ``<logger save_dir>/sweeps/<name>`` (default: this file's name).
-            metric: what a trial reports at every validation and the study optimises: its best value in the run
-                (default: the metric the configs' task is judged by, e.g. val/acc, val/rmse).
-            direction: maximize or minimize ``metric`` (default: the task's direction for its own metric; give it
-                when ``metric`` names another).
-            trials: how many trials to finish (completed or pruned; failed ones are not counted).
-            seed: the sampler's seed (worker ``i`` uses ``seed + i``, so parallel workers propose different values).
-            sampler: an ``optuna.samplers`` class (default: TPESampler with ``seed``).
-            pruner: an ``optuna.pruners`` class (default: MedianPruner(n_startup_trials=3, n_warmup_steps=2));
-                ``optuna.pruners.NopPruner`` turns pruning off.
-            storage: a database every worker reaches, for workers on several machines (``postgresql://user:password@
-                host/db``, ``make install EXTRAS=sweep-db``; any SQLAlchemy URL Optuna takes); default: a journal
-                file in the sweep's directory (one machine).
-            heartbeat_interval: with ``storage``: seconds between a running trial's heartbeats.
-            grace_period: with ``storage``: a trial without a heartbeat for this long is failed (its machine is
-                lost, or its worker killed), and its values run again on a live worker.
-            max_retry: how many times one trial's values run again after their worker was lost.
-        """
+        """Read by jsonargparse, never called."""
 
 
 def parser() -> ArgumentParser:
@@ -124,13 +129,12 @@ def suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
     return suggest_number(key, dist.low, dist.high, log=dist.log, step=dist.step)
 
 
-def build(spec: Namespace, worker: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
-    """The sampler and pruner the file names; a sampler's seed is offset by the worker's index (parallel workers
-    propose different values)."""
+def build(spec: Namespace, offset: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
+    """The sampler and pruner the file names; a sampler that takes a seed gets ``seed + offset``."""
     sampler = (spec.sampler or Namespace(class_path="optuna.samplers.TPESampler")).clone()
     if "seed" in inspect.signature(kind_of(sampler)).parameters:
         sampler.init_args = sampler.get("init_args") or Namespace()
-        sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + worker
+        sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + offset
     pruner = spec.pruner or Namespace(
         class_path="optuna.pruners.MedianPruner", init_args=Namespace(n_startup_trials=3, n_warmup_steps=2)
     )

@@ -37,26 +37,37 @@ def storage(spec: Namespace, sweep_dir: Path) -> BaseStorage:
         return JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
     import sqlalchemy
 
-    url = sqlalchemy.make_url(spec.storage).render_as_string(hide_password=True)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat, retry: experimental
-            return optuna.storages.RDBStorage(
-                spec.storage,
-                heartbeat_interval=spec.heartbeat_interval,
-                grace_period=spec.grace_period,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=spec.max_retry),
-            )
-    except (ImportError, sqlalchemy.exc.NoSuchModuleError):
+        url = sqlalchemy.make_url(spec.storage).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
         raise ConfigError(
-            f"storage={url}: no driver for it is installed: make install EXTRAS=sweep-db (psycopg, for postgresql://)."
+            f"storage={spec.storage!r} is no database URL: e.g. postgresql://user:password@host:5432/database."
         ) from None
-    except sqlalchemy.exc.OperationalError as err:
-        reason = str(err.orig).strip().splitlines()[0]
-        raise ConfigError(
-            f"storage={url}: cannot connect ({reason}): check that the server runs and this machine reaches it, and "
-            "the user, password and database in the URL."
-        ) from None
+    for _attempt in range(3):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat, retry
+                return optuna.storages.RDBStorage(
+                    spec.storage,
+                    heartbeat_interval=spec.heartbeat_interval,
+                    grace_period=spec.grace_period,
+                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=spec.max_retry),
+                )
+        except (ImportError, sqlalchemy.exc.NoSuchModuleError) as err:
+            missing = getattr(err.__cause__ or err, "name", None) or str(err).strip().splitlines()[0]
+            raise ConfigError(
+                f"storage={url}: its database driver is not installed ({missing}): for postgresql:// make install "
+                "EXTRAS=sweep-db (psycopg); for another database, pip install the SQLAlchemy driver its URL names."
+            ) from None
+        except sqlalchemy.exc.OperationalError as err:
+            raise ConfigError(
+                f"storage={url}: cannot connect ({str(err.orig).strip().splitlines()[0]}): check that the server runs "
+                "and this machine reaches it, and the user, password and database in the URL."
+            ) from None
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as err:
+            # Machines creating Optuna's tables at once: one wins, the others find them made (optuna/optuna#1092).
+            reason = str(err.orig).strip().splitlines()[0]
+    raise ConfigError(f"storage={url}: Optuna cannot create its tables there ({reason}): check the user's rights.")
 
 
 def open_study(spec: Namespace, sweep_dir: Path, **kwargs: Any) -> tuple[optuna.Study, BaseStorage]:

@@ -65,9 +65,13 @@ class SweepTrial(Callback):
         # One report per validation, numbered from 0: the epoch when validating once per epoch, as usual.
         step, self._validations = self._validations, self._validations + 1
         prune = False
+        # At the run's last validation the trial has run in full: it completes, whatever the pruner says.
+        epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        last = epochs is not None and trainer.current_epoch == epochs - 1 and trainer.is_last_batch
+        last = last or 0 < trainer.max_steps <= trainer.global_step
         if trainer.is_global_zero:
             self._trial.report(float(trainer.callback_metrics[self.metric]), step=step)
-            prune = self._trial.should_prune()
+            prune = self._trial.should_prune() and not last
         if trainer.strategy.broadcast(prune):
             self.pruned_at = trainer.current_epoch
             trainer.should_stop = True  # like EarlyStopping: the epoch ends, its checkpoints are written

@@ -64,8 +64,7 @@ def trial_command(sweep_dir: Path, spec: Any, number: int, params: dict[str, Any
 class Worker:
     def __init__(self, sweep_dir: Path, index: int) -> None:
         self.sweep_dir, self.index, self.spec = sweep_dir, index, load(sweep_dir / "sweep.yaml")
-        sampler, pruner = build(self.spec, index)
-        self.study, self.store = open_study(self.spec, sweep_dir, sampler=sampler, pruner=pruner)
+        self.study, self.store = open_study(self.spec, sweep_dir, pruner=build(self.spec)[1])
         self.held = contextlib.ExitStack()  # the lock, from the count until the trial it allows is asked
         self.failures = 0
 
@@ -80,6 +79,8 @@ class Worker:
             trials = self.study.get_trials(deepcopy=False)
             finished, running = (sum(t.state in states for t in trials) for states in (FINISHED, (TrialState.RUNNING,)))
             if finished + running < self.spec.trials:
+                # Seeded by the trials before it (counted under the lock): no two proposals alike, on any machine.
+                self.study.sampler = build(self.spec, offset=len(trials))[0]
                 return True
             self.held.close()
             if finished >= self.spec.trials:
