@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return USAGE_ERROR
+    sweep_dir.mkdir(parents=True, exist_ok=True)  # on a machine of a shared study, maybe its first use here
     if args.status:
         return _report(study, spec, sweep_dir, cli)
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.yaml").write_text(sweep_spec.parser().dump(spec))
     print(f"Sweep {spec.name!r}: {spec.trials} trials, {args.workers} worker(s), in {sweep_dir}", flush=True)
     processes = [

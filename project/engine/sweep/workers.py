@@ -85,9 +85,9 @@ class Worker:
             self.held.close()
             if finished >= self.spec.trials:
                 return False
-            if not waiting:
-                print(f"worker {self.index}: {running} trial(s) running elsewhere may still need running again: "
-                      "waiting for them.", flush=True)  # fmt: skip
+            if not waiting and self.spec.storage:  # on one machine the others are this sweep's own workers
+                print(f"worker {self.index}: the sweep has its trials but {running} still running elsewhere, which "
+                      "may need running again: waiting for them.", flush=True)  # fmt: skip
             waiting = True
             time.sleep(min(self.spec.heartbeat_interval, 5))
 
