@@ -2,7 +2,7 @@
 
 Before each trial, under the sweep's lock, the worker fails the trials whose worker is gone (their values queued
 again), counts the finished and running ones, and asks for the next values only if they do not make ``trials``
-yet; if they do while others still run, it waits: one of those may yet fail and need running again. The objective
+yet; if they do while others still run on other machines, it waits: one of those may yet be lost. The objective
 runs the trial as a normal ``python -m project fit`` in its own process (a crash, an out-of-memory or a CUDA
 error kills that run, not the worker) and returns what the trial reported.
 """
@@ -83,13 +83,15 @@ class Worker:
                 self.study.sampler = build(self.spec, offset=len(trials))[0]
                 return True
             self.held.close()
-            if finished >= self.spec.trials:
+            # With a database, a trial running on another machine may yet be lost and need running again: wait
+            # for it. On one machine the others are this sweep's own workers (a dead one's trial is failed here).
+            if finished >= self.spec.trials or not self.spec.storage:
                 return False
-            if not waiting and self.spec.storage:  # on one machine the others are this sweep's own workers
+            if not waiting:
                 print(f"worker {self.index}: the sweep has its trials but {running} still running elsewhere, which "
                       "may need running again: waiting for them.", flush=True)  # fmt: skip
             waiting = True
-            time.sleep(min(self.spec.heartbeat_interval, 5))
+            time.sleep(self.spec.heartbeat_interval)
 
     def after(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Optuna's callback after each trial: stop after failures in a row, or when the sweep has its trials."""
