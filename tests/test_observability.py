@@ -259,6 +259,27 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
     assert "is deprecated" not in log  # nor an upstream deprecation the user can do nothing about
 
 
+def test_each_upstream_line_the_cli_hides_is_still_printed_upstream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """project/engine/cli.py filters two upstream lines of every run. Once an upgrade stops printing one, this fails:
+    remove that filter (its issue says when), rather than keep it forever."""
+    import logging
+
+    import lightning as L
+    from lightning.pytorch.utilities._pytree import _tree_flatten  # what Lightning 2.6 calls each step (#21326)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _tree_flatten(0)
+    assert any("`isinstance(treespec, LeafSpec)` is deprecated" in str(w.message) for w in caught)
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    monkeypatch.setattr(rank_zero, "filters", [])  # the CLI's filter off: what Lightning itself prints (#21294)
+    with caplog.at_level(logging.INFO, logger=rank_zero.name):
+        L.Trainer(default_root_dir=tmp_path, accelerator="cpu", enable_progress_bar=False)
+    assert "💡 Tip" in caplog.text
+
+
 def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(tmp_path: Path) -> None:
     """A step-based run (validations every N batches) may never end an epoch: one line per validation instead."""
     steps = ("--trainer.max_epochs=null", "--trainer.max_steps=7", "--trainer.val_check_interval=3")
