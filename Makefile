@@ -139,14 +139,13 @@ sweep: $(INSTALLED) ## search the config keys SWEEP names with WORKERS processes
 sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plots (while it runs, or after)
 	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
-# --dist loadgroup: a test file's tests share one process (tests/conftest.py groups them; the contract suite by
-# subject), so its module fixtures (a trained run) are built once.
+# --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
 test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadgroup --no-loadscope-reorder --durations=15 \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 \
 		-m "not manual" $(ARGS)
 
 test-fast: $(INSTALLED) ## run the tests not marked slow
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadgroup --no-loadscope-reorder \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
 		-m "not slow and not manual" $(ARGS)
 
 contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/my_gan.yaml

@@ -68,26 +68,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _STATUS = pytest.StashKey[str | None]()
 
-# `make test` (pytest-xdist, --dist loadgroup --no-loadscope-reorder) hands out groups of tests in collection order:
-# a module is one group (its module-scoped fixtures, such as a trained run or a sweep, built once), but the contract
-# suite is one group per subject, so that its dozen subjects, minutes each, share the workers instead of holding one
-# to the end. These run for minutes (processes: DDP ranks, sweep trials, killed runs); given out first, none of them
-# starts last while the other workers idle. Names only: a module you deleted is no error, the rest keep their order.
+# `make test` (pytest-xdist, --dist loadscope --no-loadscope-reorder) hands out whole modules in collection order
+# (xdist's own reorder, by number of tests, put a two-test module of a minute last). These run for minutes
+# (processes: DDP ranks, sweep trials, killed runs); given out first, none of them starts last while the other
+# worker idles, which had left the suite's wall time well above half its total. Names only: a module you deleted
+# is no error, and the rest keep their order.
 LONGEST_FIRST = ("test_contract", "test_ddp", "test_sweep", "test_crash_safety", "test_gpu_check",
                  "test_observability", "test_resume", "test_readme")  # fmt: skip
-SPLIT_BY_SUBJECT = ("test_contract",)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))
-    for item in items:
-        group = Path(item.nodeid.split("::")[0]).stem
-        subject = getattr(item, "callspec", None) and item.callspec.params.get("subject")  # type: ignore[attr-defined]
-        if group in SPLIT_BY_SUBJECT and subject:
-            group = f"{group}[{subject}]"
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
