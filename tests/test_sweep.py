@@ -232,17 +232,35 @@ def test_a_ddp_trial_is_pruned_on_every_rank_at_the_same_epoch(tmp_path: Path) -
     assert "[rank 0] trial 0 pruned at epoch 1" in console and "[rank 1] trial 0 pruned at epoch 1" in console
 
 
-@pytest.mark.slow
-def test_a_trial_is_never_pruned_at_its_last_validation(tmp_path: Path) -> None:
-    # A pruner that would prune at the second validation, which is the last of a 2-epoch trial: it ran in full.
-    pruner = {"class_path": "optuna.pruners.ThresholdPruner", "init_args": {"lower": 2.0, "n_warmup_steps": 1}}
-    spec = write_spec(tmp_path / "last.yaml", tmp_path / "logs", trials=1, pruner=pruner,
-                      args=[*yaml.safe_load(write_spec(tmp_path / "last.yaml", tmp_path / "logs").read_text())["args"],
-                            "--trainer.max_epochs=2"])  # fmt: skip
-    code, out = finish(sweep(spec))
-    assert code == 0, out
-    trial = load(tmp_path / "logs" / "sweeps" / "last", "last").get_trials()[0]
-    assert trial.state == TrialState.COMPLETE and len(trial.intermediate_values) == 2
+@pytest.mark.parametrize(
+    ("epoch", "max_epochs", "last_batch", "step", "max_steps", "pruned"),
+    [
+        (0, 2, True, 10, -1, True),
+        (1, 2, False, 15, -1, True),
+        (1, 2, True, 20, -1, False),
+        (5, -1, True, 60, -1, True),
+        (0, 2, False, 5, 5, False),
+    ],
+)
+def test_a_trial_is_never_pruned_at_its_last_validation(
+    epoch: int, max_epochs: int, last_batch: bool, step: int, max_steps: int, pruned: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from project.engine.sweep.trial import SweepTrial
+
+    # A pruner that prunes at every validation (accuracy is never 2): only the run's last one is spared, the end of
+    # its last epoch (or its max_steps); mid-epoch validations and runs without an epoch limit are not the last.
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=2.0))
+    callback = SweepTrial("unused", trial=0)
+    callback.metric, callback._trial = "val/acc", study.ask()
+    trainer = SimpleNamespace(
+        sanity_checking=False, callback_metrics={"val/acc": torch.tensor(0.5)}, current_epoch=epoch,
+        max_epochs=max_epochs, is_last_batch=last_batch, global_step=step, max_steps=max_steps, is_global_zero=True,
+        global_rank=0, strategy=SimpleNamespace(broadcast=lambda decision: decision), should_stop=False,
+    )  # fmt: skip
+    callback.on_validation_end(trainer, None)  # type: ignore[arg-type]
+    assert trainer.should_stop is pruned and (callback.pruned_at == epoch) is pruned
 
 
 def test_the_shipped_sweep_file_is_a_valid_space(monkeypatch) -> None:
@@ -353,14 +371,14 @@ def test_cpu_workers_share_the_cores_and_gpu_workers_get_their_own(monkeypatch) 
 def test_trials_that_fail_are_recorded_with_their_reason_and_the_worker_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A value refused only once the run starts (warmup longer than any trial), after each trial saved its config.
-    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trials=2, params={"model.warmup": {"choices": [10**5]}})
+    # A value the CLI parses but the task refuses once its trial builds it (a fraction of the run above 1).
+    spec = write_spec(tmp_path / "bad.yaml", tmp_path / "logs", trials=2, params={"model.warmup": {"choices": [1.5]}})
     code, out = finish(sweep(spec))
     assert code == 1 and "Traceback" not in out, out  # the worker gave up after failures in a row, not a crash
     sweep_dir = tmp_path / "logs" / "sweeps" / "bad"
     trials = load(sweep_dir, "bad").get_trials()
     assert len(trials) == 3 and all(t.state == TrialState.FAIL for t in trials)  # FAILURES_IN_A_ROW, none RUNNING
-    sentence = "model.warmup resolves to 100000 warmup steps"
+    sentence = "model.warmup=1.5: a fraction of the run must lie in [0, 1)"
     for trial in trials:
         assert sentence in trial.user_attrs["error"]
         assert sentence in (sweep_dir / f"trial_{trial.number}" / "console.log").read_text()  # kept
@@ -448,7 +466,7 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
         (tmp_path / machine).mkdir()
         spec, logs = tmp_path / machine / "lost.yaml", tmp_path / machine / "logs"
         hold = ["--trainer.callbacks+=probes.Hold", f"--trainer.callbacks.release={tmp_path / f'release_{machine}'}"]
-        args = [*yaml.safe_load(write_spec(spec, logs).read_text())["args"], *hold]
+        args = [*yaml.safe_load(write_spec(spec, logs).read_text())["args"], "--trainer.max_epochs=2", *hold]
         specs[machine] = write_spec(spec, logs, trials=3, args=args, storage=url, heartbeat_interval=1,
                                     grace_period=3)  # fmt: skip
     # Each machine a task of scripts/slurm_sweep.sbatch's job array, as sbatch runs it (from the submit directory).
