@@ -37,6 +37,7 @@ def test_images(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _predict(run: Path, *args: str) -> list[dict[str, str]]:
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}", *args])
+    assert b"\r" not in (run / "predictions.csv").read_bytes()  # Unix line ends, as every other file of a run
     with open(run / "predictions.csv") as f:
         return list(csv.DictReader(f))
 

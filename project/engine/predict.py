@@ -50,7 +50,7 @@ class CSVPredictionWriter(BasePredictionWriter):
         carried = {(f"input.{k}" if k in ("index", *header) else k): v for k, v in carried.items()}
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w", newline="") as f:
-            writer = csv.writer(f)
+            writer = csv.writer(f, lineterminator="\n")  # Unix line ends (the csv module writes \r\n)
             writer.writerow(["index", *carried, *header])
             for index, row in enumerate(rows):
                 writer.writerow([index, *(values[index] for values in carried.values()), *row])
