@@ -7,17 +7,17 @@ project's own CLI (parsed, nothing built) before any trial runs, so a typo costs
 
 import inspect
 import json
+import pydoc
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import optuna
 from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from project.engine.checks import kind_of
 from project.engine.errors import ConfigError, config_error_in
 
 
@@ -132,7 +132,8 @@ def suggest(trial: optuna.Trial, key: str, dist: Any) -> Any:
 def build(spec: Namespace, offset: int = 0) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
     """The sampler and pruner the file names; a sampler that takes a seed gets ``seed + offset``."""
     sampler = (spec.sampler or Namespace(class_path="optuna.samplers.TPESampler")).clone()
-    if "seed" in inspect.signature(kind_of(sampler)).parameters:
+    # pydoc.locate, not checks.kind_of: a worker builds a sampler for every trial and needs no Lightning import.
+    if "seed" in inspect.signature(cast(type, pydoc.locate(sampler.class_path))).parameters:
         sampler.init_args = sampler.get("init_args") or Namespace()
         sampler.init_args.seed = (sampler.init_args.get("seed") or spec.seed) + offset
     pruner = spec.pruner or Namespace(
@@ -163,6 +164,7 @@ def check_against_cli(spec: Namespace) -> Any:
     file leaves them out; which metrics a task logs is known once it is built, so the config's classes are built
     once (no Trainer) when the metric is another. Returns the CLI: ``.config`` (no searched value), ``.parser``.
     ``ConfigError`` naming what the CLI refuses."""
+    from project.engine.checks import kind_of
     from project.engine.cli import CLI
 
     class ParseOnly(CLI):

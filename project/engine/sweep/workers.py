@@ -65,6 +65,7 @@ class Worker:
     def __init__(self, sweep_dir: Path, index: int) -> None:
         self.sweep_dir, self.index, self.spec = sweep_dir, index, load(sweep_dir / "sweep.yaml")
         self.study, self.store = open_study(self.spec, sweep_dir, pruner=build(self.spec)[1])
+        self.distributions = distributions(self.spec)
         self.held = contextlib.ExitStack()  # the lock, from the count until the trial it allows is asked
         self.failures = 0
 
@@ -108,7 +109,7 @@ class Worker:
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("error", "")  # a retry copies its original's attributes
         self.held.close()  # signed: the next worker may count
-        for key, dist in distributions(self.spec).items():
+        for key, dist in self.distributions.items():
             suggest(trial, key, dist)
         run_dir = self.sweep_dir / f"trial_{trial.number}"
         run_dir.mkdir(parents=True)  # never exists: trial numbers are not reused, a retry gets a new one
