@@ -149,7 +149,8 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from project.recipe import WarmupCosine, resolve_warmup_steps
+    from project.engine.optimization import resolve_warmup_steps
+    from project.recipe import WarmupCosine
 
     spec = torch.load(spec_path, weights_only=True)
     device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]

@@ -110,7 +110,8 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
 
     from project.data import ChatDataModule
     from project.engine.metrics import IGNORE_INDEX
-    from project.recipe import WarmupCosine, resolve_warmup_steps
+    from project.engine.optimization import resolve_warmup_steps
+    from project.recipe import WarmupCosine
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     data = ChatDataModule(path=str(chats), tokenizer=str(model_path), max_length=MAX_LENGTH, batch_size=BATCH)

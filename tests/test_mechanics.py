@@ -17,7 +17,7 @@ from probes import InfGradAt, Recorder
 from toy import Classifier, ConvNet, Digits
 
 from project.engine.cli import CLI
-from project.recipe import planned_steps
+from project.engine.optimization import planned_steps
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.optimizer's lr and model.schedule's min_lr in tests/configs/digits.yaml
 

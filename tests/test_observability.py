@@ -142,7 +142,7 @@ def test_a_real_tensorboard_server_serves_the_curves_the_curated_layout_and_the_
             except OSError:
                 time.sleep(0.3)
         served = set(tags["digits/version_0"])
-        assert served >= {"train/loss", "val/acc", "val/loss", "test/acc", "lr-AdamW/pg1", "train/grad_norm",
+        assert served >= {"train/loss", "val/acc", "val/loss", "test/acc", "lr-AdamW/decay", "train/grad_norm",
                           "train/samples_per_sec", "train/data_wait", "train/peak_rss_mb"}  # fmt: skip
         for tag in ("train/loss", "val/acc", "train/data_wait"):
             query = urllib.parse.urlencode({"run": "digits/version_0", "tag": tag})

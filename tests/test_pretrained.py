@@ -11,7 +11,7 @@ from conftest import fit, scalars, warmup_cosine
 from probes import Snapshots
 
 from project.engine.errors import ConfigError
-from project.recipe import resolve_warmup_steps
+from project.engine.optimization import resolve_warmup_steps
 
 BACKBONE = ("--model.net=toy.BackboneNet",)
 EARLIER, OTHER = "--data.digits=[0,1,2]", "--data.digits=[3,4,5]"  # as many classes, other ones

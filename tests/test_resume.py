@@ -114,7 +114,7 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
     a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)
-    lrs = [tag for tag in a if tag.startswith("lr-")]  # pg1, pg2, or a backbone's and head's groups
+    lrs = [tag for tag in a if tag.startswith("lr-")]  # decay, no_decay, or a backbone's and head's groups
     assert len(lrs) == (4 if "--model.freeze_backbone=1" in flags else 2)
     for tag in ("train/loss", *lrs, "val/loss", "val/acc"):
         assert b[tag] == a[tag], f"{tag} differs ({case})"  # same steps, no duplicates, bitwise equal values
@@ -131,7 +131,7 @@ def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     from conftest import warmup_cosine
     from probes import Recorder
 
-    from project.recipe import resolve_warmup_steps
+    from project.engine.optimization import resolve_warmup_steps
 
     short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
              "--trainer.limit_test_batches=2")  # fmt: skip

@@ -7,14 +7,8 @@ import pytest
 import torch
 
 from project.engine.errors import ConfigError
-from project.recipe import (
-    WarmupConstant,
-    WarmupCosine,
-    WarmupLinear,
-    WarmupStableDecay,
-    build_optimizer,
-    resolve_warmup_steps,
-)
+from project.engine.optimization import build_optimizer, resolve_warmup_steps
+from project.recipe import WarmupConstant, WarmupCosine, WarmupLinear, WarmupStableDecay
 
 pytestmark = [
     pytest.mark.guarantee(

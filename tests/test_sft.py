@@ -194,7 +194,8 @@ def test_the_first_steps_are_a_plain_transformers_loops_bitwise(
     from torch.utils.data import DataLoader, DistributedSampler
     from transformers import AutoModelForCausalLM
 
-    from project.recipe import WarmupCosine, resolve_warmup_steps
+    from project.engine.optimization import resolve_warmup_steps
+    from project.recipe import WarmupCosine
 
     steps, seed = 4, 42  # seed: seed_everything in tests/configs/digits.yaml
     cli = fit(tmp_path, *_given(chats_jsonl, tiny_chat), f"--trainer.max_steps={steps}", configs=(DIGITS, SFT))

@@ -38,7 +38,7 @@ def test_a_task_with_two_optimizers_counts_batches_and_its_schedules_end_at_thei
     curves = scalars(cli.trainer.log_dir)
     warmup = math.ceil(0.05 * 40)  # the config's model.warmup, a fraction of the run's 40 steps
     for part, peak in (("discriminator", 0.001), ("generator", 0.002)):  # tests/configs/gan.yaml's lr
-        logged = curves[f"lr-{part}/pg1"]
+        logged = curves[f"lr-{part}/decay"]
         assert [step for step, _ in logged] == list(range(40))
         expected = [warmup_cosine(step, peak, 1e-5, warmup, 40) for step in range(40)]
         # float32 in the event file: ~6e-8 relative.

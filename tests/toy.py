@@ -21,6 +21,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
+from project.engine.optimization import WarmupSchedule
 from project.engine.task import Task
 
 
@@ -132,3 +133,19 @@ class HalvingSchedule(torch.optim.lr_scheduler.LambdaLR):
     def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, every: int = 5) -> None:
         self.every = every
         super().__init__(optimizer, lambda step: 0.5 ** (step // every))
+
+
+def param_groups(parameters: list[tuple[str, nn.Parameter]]) -> list[dict[str, Any]]:
+    """The tests' parameter-group rule (the shipped recipe's, written apart): matrices and kernels decay, the rest
+    not."""
+    return [
+        {"params": [p for _, p in parameters if p.ndim >= 2], "name": "decay"},
+        {"params": [p for _, p in parameters if p.ndim < 2], "name": "no_decay", "weight_decay": 0.0},
+    ]
+
+
+class WarmupCosine(WarmupSchedule):
+    """The tests' cosine after warmup, on the engine's base: the closed form ``conftest.warmup_cosine`` checks."""
+
+    def decay(self, step: int, peak: float, floor: float) -> float:
+        return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * self.progress(step)))

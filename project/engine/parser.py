@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project.engine.errors import ConfigError
-from project.recipe import WarmupSchedule
+from project.engine.optimization import schedules
 
 # --help lists the Trainer's keys but not those of the classes a config chooses (the task, its net, the DataModule).
 KEYS_HINT = "every key of a config: --print_config; of one class: --model.help <class path>"
@@ -101,9 +101,5 @@ def torch_optimizer_names(args: list[str]) -> list[str]:
     return named
 
 
-def _schedules() -> list[str]:
-    return [c.__name__ for c in WarmupSchedule.__subclasses__()]
-
-
 # The task's recipe arguments that name a class: what each is, and the names it knows.
-_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", _schedules)}
+_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", schedules)}

@@ -29,14 +29,22 @@ from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from project import recipe
 from project.engine import accumulation, batches, checkpoints, finetuning, monitored, rng, sharding
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
 from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
 from project.engine.monitor import is_logging_step
-from project.recipe import OptimizerCallable, ScheduleCallable, WarmupCosine
+from project.engine.optimization import (
+    OptimizerCallable,
+    ParamGroupsCallable,
+    ScheduleCallable,
+    WarmupSchedule,
+    build_optimizer,
+    check_warmup,
+    optimizer_groups,
+    planned_run,
+)
 
 Batch = Any  # whatever the DataModule yields: (inputs, targets), or the inputs alone (split_batch)
 # The contract suite's guarantees a task may declare it cannot hold (``cannot_promise``), each skipped with its reason.
@@ -66,7 +74,8 @@ class Task(L.LightningModule):
         optimizer: OptimizerCallable = torch.optim.AdamW,
         optimizers: dict[str, OptimizerCallable] | None = None,
         warmup: int | float = 0.05,
-        schedule: ScheduleCallable = WarmupCosine,
+        schedule: ScheduleCallable = WarmupSchedule,
+        param_groups: ParamGroupsCallable | None = None,
         compile: bool | str = False,
         init_from: str | None = None,
         freeze_backbone: bool | int = False,
@@ -83,7 +92,10 @@ class Task(L.LightningModule):
                 ``optimizer``). ``manual_step`` steps one; the run's step count is the first one's steps.
             warmup: linear warmup: an int is a number of optimizer steps, a float in [0, 1) a fraction of the run's.
             schedule: the LR schedule per optimizer step (``project/recipe.py``: ``WarmupCosine``, ``WarmupLinear``,
-                ``WarmupConstant``, ``WarmupStableDecay``), or a class built as ``cls(optimizer, total, warmup)``.
+                ``WarmupConstant``, ``WarmupStableDecay``), or a class built as ``cls(optimizer, total, warmup)``;
+                by default the engine's ``WarmupSchedule``: the warmup, then the optimizer's lr to the end.
+            param_groups: which parameters decay: a function of the (name, parameter) pairs to train that returns
+                torch's parameter groups (``project.recipe.param_groups``: weight matrices only); None: one group.
             compile: ``torch.compile`` the net in place (true: inductor; a string names another backend).
             init_from: a fresh run starts from an earlier run's weights (its directory, a checkpoint or a weights
                 file): the tensors whose names and shapes match; the rest (a head for other classes) stays new.
@@ -94,15 +106,18 @@ class Task(L.LightningModule):
                 None: the task's.
         """
         super().__init__()
-        recipe.check_warmup(warmup)
+        check_warmup(warmup)
         finetuning.check_finetuning(net, freeze_backbone, backbone_lr_scale)
         # From the CLI the hparams are plain config (weights_only loads); by hand net, optimizer, schedule are objects.
         # Private: no public way to ask (Lightning #20726, #20432); the weights-only checkpoint tests fail without it.
         self.save_hyperparameters(
-            ignore=None if _given_hyperparameters.get() else ["net", "optimizer", "optimizers", "schedule"]
+            ignore=None
+            if _given_hyperparameters.get()
+            else ["net", "optimizer", "optimizers", "schedule", "param_groups"]
         )
         self.net = net
         self.optimizer, self.optimizers_of_parts, self.schedule = optimizer, optimizers, schedule
+        self.param_groups = param_groups
         # Under manual optimization the task clips (Lightning refuses the Trainer's flag): the CLI hands it over.
         self.gradient_clipping: tuple[float | None, str | None] = (None, None)
         self.target_names = list(target_names or [])
@@ -304,10 +319,10 @@ class Task(L.LightningModule):
     def configure_optimizers(self) -> Any:
         if self.optimizers_of_parts:
             return self._optimizers_of_parts()
-        # The recipe (project/recipe.py); a fine-tuned backbone has groups of its own all run long (frozen: no grads).
-        groups = recipe.param_groups(self, finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"])
-        optimizer = recipe.build_optimizer(self.optimizer, groups)
-        total, warmup = recipe.planned_run(self.trainer, self.hparams["warmup"])
+        # The config's recipe; a fine-tuned backbone has groups of its own all run long (frozen: no gradients).
+        backbone, scale = finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"]
+        optimizer = build_optimizer(self.optimizer, optimizer_groups(self, self.param_groups, backbone, scale))
+        total, warmup = planned_run(self.trainer, self.hparams["warmup"])
         scheduler = self.schedule(optimizer, total, warmup)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
 
@@ -319,14 +334,14 @@ class Task(L.LightningModule):
                 f"the task itself, and {type(self).__name__} leaves automatic_optimization on; set "
                 "self.automatic_optimization = False in its __init__ and step each with self.manual_step(part, loss)."
             )
-        total, warmup = recipe.planned_run(self.trainer, self.hparams["warmup"])
+        total, warmup = planned_run(self.trainer, self.hparams["warmup"])
         steps = []
         for part, make in (self.optimizers_of_parts or {}).items():
             module = getattr(self.net, part, None)
             if not isinstance(module, nn.Module):
                 parts = [name for name, _ in self.net.named_children()]
                 raise ConfigError(f"model.optimizers names {part!r}, which is no part of the net; its parts: {parts}.")
-            optimizer = recipe.build_optimizer(make, recipe.param_groups(module))
+            optimizer = build_optimizer(make, optimizer_groups(module, self.param_groups))
             scheduler = {"scheduler": self.schedule(optimizer, total, warmup), "interval": "step", "name": f"lr-{part}"}
             steps.append({"optimizer": optimizer, "lr_scheduler": scheduler})
         return steps
