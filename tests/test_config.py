@@ -158,9 +158,12 @@ BAD_INPUTS = [
     ),
     (["--model.schedule=mine.Cosine"], "model.schedule=mine.Cosine: No module named 'mine'; give one of WarmupCosine"),
     (["--model.schedule.min_lr=1.0"], "model.schedule.min_lr=1.0: the floor must lie in [0, the optimizer's lr"),
-    (["--model.schedule=WarmupStableDecay", "--model.schedule.decay_fraction=0"], "model.schedule.decay_fraction=0"),
     (
-        ["--model.schedule=WarmupStableDecay", "--model.schedule.shape=sqrt"],
+        ["--model.schedule=project.recipe.WarmupStableDecay", "--model.schedule.decay_fraction=0"],
+        "model.schedule.decay_fraction=0",
+    ),
+    (
+        ["--model.schedule=project.recipe.WarmupStableDecay", "--model.schedule.shape=sqrt"],
         "error: model.schedule.shape: sqrt is not one of 'linear', '1-sqrt', 'cosine' (project.recipe.WarmupStable",
     ),
     (["--model.warmup=1.5"], "model.warmup=1.5"),

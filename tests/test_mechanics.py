@@ -3,6 +3,9 @@
 import copy
 import gc
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -10,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DIGITS, fit, scalars, warmup_cosine
+from conftest import DIGITS, PYTHONPATH, fit, scalars, warmup_cosine
 from lightning.pytorch.plugins import MixedPrecision
 from lightning.pytorch.utilities.model_summary import get_human_readable_count, summarize
 from probes import InfGradAt, Recorder
@@ -101,9 +104,9 @@ def _wsd_linear(step: int, warmup: int, total: int, floor: float = 1e-4) -> floa
 
 RECIPES = {
     "sgd-nesterov-linear": (("--model.optimizer=SGD", "--model.optimizer.momentum=0.9",
-                             "--model.optimizer.nesterov=true", "--model.schedule=WarmupLinear",
+                             "--model.optimizer.nesterov=true", "--model.schedule=project.recipe.WarmupLinear",
                              "--model.schedule.min_lr=1e-4"), torch.optim.SGD, _linear),
-    "adamw-wsd": (("--model.schedule=WarmupStableDecay", "--model.schedule.min_lr=1e-4",
+    "adamw-wsd": (("--model.schedule=project.recipe.WarmupStableDecay", "--model.schedule.min_lr=1e-4",
                    "--model.schedule.decay_fraction=0.25", "--model.schedule.shape=linear"), torch.optim.AdamW,
                   _wsd_linear),
     "your-own-schedule": (("--model.schedule=toy.HalvingSchedule", "--model.schedule.every=4"), torch.optim.AdamW,
@@ -112,6 +115,26 @@ RECIPES = {
 # Another imported library's optimizer named SGD (bitsandbytes has one, and peft imports it where it is installed):
 # the bare name on the command line stays torch.optim's.
 RECIPES["sgd-beside-another-librarys-sgd"] = RECIPES["sgd-nesterov-linear"]
+
+
+@pytest.mark.guarantee(
+    "the engine stands alone: a run whose config names no class of project/recipe.py never imports it, so an owner's "
+    "rewrite of that file cannot break the engine"
+)
+@pytest.mark.slow
+def test_the_engine_trains_without_the_recipe_file(tmp_path: Path) -> None:
+    # project.recipe made unimportable (None in sys.modules): the tests' config names its own rule and schedule.
+    script = (
+        "import sys; sys.modules['project.recipe'] = None\n"
+        "from project.engine.cli import main\n"
+        f"main(['fit', '--config', {DIGITS!r}, '--trainer.fast_dev_run=true', "
+        f"'--trainer.logger.init_args.save_dir={tmp_path}'])\n"
+        "assert 'project.recipe' not in [m for m, v in sys.modules.items() if v is not None]\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": PYTHONPATH}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.guarantee(

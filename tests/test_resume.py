@@ -55,7 +55,7 @@ def _interrupted_then_resumed(
 FROZEN_FOR_AN_EPOCH = ("--model.net=toy.BackboneNet", "--model.freeze_backbone=1",
                        "--model.backbone_lr_scale=0.1")  # fmt: skip
 SGD_LINEAR = ("--model.optimizer=SGD", "--model.optimizer.momentum=0.9", "--model.optimizer.nesterov=true",
-              "--model.schedule=WarmupLinear")  # fmt: skip
+              "--model.schedule=project.recipe.WarmupLinear")  # fmt: skip
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
     "mid-epoch": (4, {"step": 15}, 0, ()),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
@@ -82,7 +82,12 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "across-the-unfreeze-epoch": (None, {"epoch": 1}, 0, FROZEN_FOR_AN_EPOCH),
     # The recipe by config: SGD with Nesterov momentum (its buffers come back) and a linear decay; AdamW with WSD.
     "mid-epoch-sgd-linear": (4, {"step": 15}, 0, SGD_LINEAR),
-    "sigint-wsd": (None, {"step": 26, "signal": int(signal.SIGINT)}, 0, ("--model.schedule=WarmupStableDecay",)),
+    "sigint-wsd": (
+        None,
+        {"step": 26, "signal": int(signal.SIGINT)},
+        0,
+        ("--model.schedule=project.recipe.WarmupStableDecay",),
+    ),
 }
 
 

@@ -134,11 +134,11 @@ class WarmupSchedule(LRScheduler):
 
 def schedules() -> list[str]:
     """The names of the warmup schedules imported so far (``project/recipe.py``'s once the config named one)."""
-    found, todo = set(), [WarmupSchedule]
-    while todo:
-        todo += (kind := todo.pop()).__subclasses__()
-        found.add(kind.__name__)
-    return sorted(found - {WarmupSchedule.__name__})
+    found, todo = [], WarmupSchedule.__subclasses__()
+    while todo:  # in the order they were defined, a subclass's subclasses after it
+        found.append((kind := todo.pop(0)).__name__)
+        todo = kind.__subclasses__() + todo
+    return list(dict.fromkeys(found))
 
 
 def planned_steps(batches_per_epoch: int, accumulate_grad_batches: int, max_epochs: int, max_steps: int = -1) -> int:
