@@ -115,9 +115,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
     task = type(cli.model).__name__
     if task not in RECIPES:
         raise SystemExit(f"error: the hand-written loop knows the tasks {sorted(RECIPES)}, not {task}.")
-    recipe = (model.optimizer.class_path, model.schedule.class_path)
-    if recipe != ("torch.optim.AdamW", "project.recipe.WarmupCosine"):
-        raise SystemExit(f"error: the hand-written loop writes out AdamW and WarmupCosine, not {recipe}.")
+    if model.optimizer.class_path != "torch.optim.AdamW":
+        raise SystemExit(f"error: the hand-written loop writes out AdamW, not {model.optimizer.class_path}.")
     optimizer = model.optimizer.init_args
     net_args = {**model.net.init_args.as_dict(), "input_shape": list(dm.input_shape), "num_outputs": dm.num_outputs}
     train, val = dm.split_tensors("train"), dm.split_tensors("val")
@@ -127,7 +126,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "tokens_per_sample": train[1][0].numel() if cli.model.counted == "tokens" else None,
         "flops_per_step": _flops_per_step(cli.model, dm.normalize(train[0][: dm.hparams["batch_size"]])),
         "net": {"class_path": model.net.class_path, "init_args": net_args},
-        "lr": optimizer.lr, "min_lr": model.schedule.init_args.min_lr, "warmup": model.warmup,
+        "lr": optimizer.lr, "warmup": model.warmup, "param_groups": _path_of(model.param_groups),
+        "schedule": model.schedule.class_path, "schedule_args": model.schedule.init_args.as_dict(),
         "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "clip": trainer.gradient_clip_val,
         "deterministic": trainer.deterministic,
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
@@ -135,7 +135,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         # For the bare Lightning fit: the same classes and arguments, built by hand (no CLI, callbacks or logger).
         "data": cli.config.data.as_dict(),
         "model": {"class_path": cli.config.model.class_path,
-                  "init_args": {k: v for k, v in model.as_dict().items() if k not in ("net", "target_names")}},
+                  "init_args": {k: _path_of(v) for k, v in model.as_dict().items()
+                                if k not in ("net", "target_names")}},
         "trainer": {k: v for k, v in trainer.as_dict().items()
                     if k not in ("logger", "callbacks", "plugins", "max_epochs")},
     }  # fmt: skip
@@ -150,7 +151,6 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
     from project.engine.optimization import resolve_warmup_steps
-    from project.recipe import WarmupCosine
 
     spec = torch.load(spec_path, weights_only=True)
     device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]
@@ -176,14 +176,13 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         )
 
     net = _load_class(spec["net"]["class_path"])(**spec["net"]["init_args"]).to(device)
-    decay = [p for p in net.parameters() if p.ndim >= 2]
-    no_decay = [p for p in net.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": spec["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=spec["lr"], betas=tuple(spec["betas"]),
-    )  # fmt: skip
+    # The config's parameter-group rule and schedule (project/recipe.py's by default), called as the engine calls them.
+    rule = _load_class(spec["param_groups"]) if spec["param_groups"] else None
+    groups = rule(list(net.named_parameters())) if rule else [{"params": list(net.parameters())}]
+    optimizer = torch.optim.AdamW(groups, lr=spec["lr"], betas=tuple(spec["betas"]), weight_decay=spec["weight_decay"])
     total = steps * epochs
-    scheduler = WarmupCosine(optimizer, total, resolve_warmup_steps(spec["warmup"], total), spec["min_lr"])
+    warmup = resolve_warmup_steps(spec["warmup"], total)
+    scheduler = _load_class(spec["schedule"])(optimizer, total, warmup, **spec["schedule_args"])
 
     marks = {**_marks(t0), "imported": imported, "val_batches": len(val_loader)}
     for epoch in range(epochs):
@@ -232,6 +231,11 @@ def _flops_per_step(task: Any, batch: torch.Tensor) -> int:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         task.eval()(batch)
     return 3 * counter.get_total_flops()
+
+
+def _path_of(value: Any) -> Any:
+    """A function of the config (jsonargparse gives it imported) as its import path, saved as plain data."""
+    return f"{value.__module__}.{value.__qualname__}" if callable(value) else value
 
 
 def _load_class(class_path: str) -> Any:
@@ -375,6 +379,8 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
         key: functools.partial(_load_class(task["init_args"][key]["class_path"]), **task["init_args"][key]["init_args"])
         for key in ("optimizer", "schedule")
     }
+    if task["init_args"].get("param_groups"):  # the rule, imported by its path as LightningCLI does
+        recipe["param_groups"] = _load_class(task["init_args"]["param_groups"])
     model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names,
                        **{**task["init_args"], **recipe})  # fmt: skip
     parent = Path(scratch or ROOT / "benchmarks" / "results" / "logs")

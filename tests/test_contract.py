@@ -782,13 +782,16 @@ def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None
 def test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps(
     trained: tuple[Path, CLI], tmp_path: Path
 ) -> None:
+    from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text
 
     run, cli = trained
     copy = tmp_path / "elsewhere" / run.name
     shutil.copytree(run, copy)
-    with _data_moved_away(cli, tmp_path):
-        notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(copy)})
+    with _data_moved_away(cli, tmp_path):  # tests/ on the kernel's path: the tests' recipe (tests/toy.py) is there
+        notebook = _execute(
+            ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_RUN_DIR": str(copy), "PYTHONPATH": PYTHONPATH}
+        )
     task, dm = load_run(run / "checkpoints" / "best.ckpt")  # what the notebook scores, computed here with the data
     inputs, targets = dm.split_tensors("test", EXAMPLES)
     with torch.inference_mode():
