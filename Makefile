@@ -47,7 +47,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast contract check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast test-minimum contract check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,13 +56,14 @@ help: ## list the targets
 	@echo "             PORT=$(PORT) PORT_NB=$(PORT_NB) MLFLOW_PORT=$(MLFLOW_PORT) PYTHON=$(PYTHON) TORCH_SPEC='$(TORCH_SPEC)'"
 	@echo "             LOCKED='$(LOCKED)' EXTRAS='$(EXTRAS)' DEST=$(if $(NAME),$(DEST),'../<NAME>') KEEP='$(KEEP)' TEMPLATE=$(TEMPLATE)"
 
-# Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install.
+# Reinstalled whenever pyproject.toml (or, with LOCKED=1, constraints.txt) is newer than the last install, with the
+# TORCH_SPEC and EXTRAS given (in one resolution); it records them, so make install with the same ones does nothing.
 $(INSTALLED): pyproject.toml $(if $(LOCKED),constraints.txt)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_SPEC),$(BIN)/pip install $(CONSTRAINTS) '$(TORCH_SPEC)')
-	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev]'
+	$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]'
 	$(DROP_UNLOADABLE_TORCHVISION)
-	touch $@
+	echo '$(TORCH_SPEC) $(EXTRAS)' > $@
 
 # copier (copier.yml) makes and updates a repository of your own: installed into .venv alone if make install has not.
 COPIER = @test -x $(BIN)/copier || { test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); $(BIN)/pip install -q $(CONSTRAINTS) 'copier>=9'; }
@@ -93,8 +94,7 @@ update-engine: ## in a repository made by new-project: merge the template's newe
 	@echo "Merged the template's newer version: review with git diff, run make test, commit."
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
-	$(if $(TORCH_SPEC)$(EXTRAS),$(BIN)/pip install $(CONSTRAINTS) $(if $(TORCH_SPEC),'$(TORCH_SPEC)') -e '.[dev$(if $(EXTRAS),$(comma)$(EXTRAS))]')
-	$(if $(TORCH_SPEC)$(EXTRAS),$(DROP_UNLOADABLE_TORCHVISION))
+	$(if $(TORCH_SPEC)$(EXTRAS),@grep -qxF '$(TORCH_SPEC) $(EXTRAS)' $(INSTALLED) || $(MAKE) --no-print-directory -B $(INSTALLED))
 
 comma := ,
 
@@ -151,6 +151,16 @@ test-fast: $(INSTALLED) ## run the tests not marked slow
 contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/my_gan.yaml
 	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
 		--no-loadscope-reorder -m "not manual" tests/test_contract.py $(ARGS)
+
+# pip installs the lowest versions into .venv-minimum, which PYTHONPATH puts in front of .venv's (nothing in .venv
+# changes); the suite's subprocesses keep it in front too (tests/conftest.py).
+test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
+	$(BIN)/pip install -q --upgrade --no-deps --target .venv-minimum -r constraints-minimum.txt
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "import warnings; warnings.simplefilter('ignore'); \
+		import lightning, torchmetrics, jsonargparse, optuna, pyarrow, torch; print('at the minimums:', \
+		*(f'{m.__name__} {m.__version__}' for m in (lightning, torchmetrics, jsonargparse, optuna, pyarrow, torch)))"
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
+		--no-loadscope-reorder -m "not slow and not manual" $(ARGS)
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)

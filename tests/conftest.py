@@ -24,8 +24,9 @@ IMAGES = str(ROOT / "tests" / "configs" / "images.yaml")  # over DIGITS, with --
 TABLE = str(ROOT / "tests" / "configs" / "table.yaml")  # over DIGITS, with --data.path=<table_csv>
 REGRESSION = str(ROOT / "tests" / "configs" / "regression.yaml")  # over DIGITS, with --data.path=<regression_csv>
 MULTILABEL = str(ROOT / "tests" / "configs" / "multilabel.yaml")  # over DIGITS, with --data.path=<tags_csv>
-# What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes).
-PYTHONPATH = f"{ROOT}{os.pathsep}{ROOT / 'tests'}"
+# What a subprocess of the suite imports: this checkout's package (not an installed one) and tests/ (probes), then
+# what the suite's own PYTHONPATH puts first (make test-minimum: the lowest versions pyproject.toml admits).
+PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])])
 LANGUAGE_MODEL = str(ROOT / "tests" / "configs" / "language_model.yaml")  # over DIGITS, --data.path=<text_corpus>
 TEXT_CLASSES = str(ROOT / "tests" / "configs" / "text_classification.yaml")  # over DIGITS, --data.path=<lines_csv>
 HF_TEXT_CLASSES = str(ROOT / "tests" / "configs" / "hf_text_classification.yaml")  # over DIGITS, with tiny_bert

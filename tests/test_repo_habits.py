@@ -61,6 +61,7 @@ def test_the_ci_workflow_runs_the_readme_commands_on_the_cpu_build() -> None:
     steps = workflow["jobs"]["test"]["steps"]
     commands = [s.get("run", "") for s in steps]
     assert "make lint" in commands and "make test" in commands  # the README's test command
+    assert "make test-minimum" in commands  # and the lower bounds pyproject.toml declares
     assert "make install LOCKED=1" in commands
     assert workflow["jobs"]["test"]["env"]["PIP_EXTRA_INDEX_URL"].endswith("/whl/cpu")
     setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python"))
@@ -89,3 +90,33 @@ def test_the_lock_pins_every_dependency_of_the_dev_install() -> None:
         name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0]
         if name != "project":
             assert re.sub(r"[-_.]+", "-", name).lower() in pins, f"{name} is not in constraints.txt: run make lock"
+
+
+def test_the_minimums_ci_installs_are_the_lower_bounds_pyproject_declares() -> None:
+    # make test-minimum (CI) proves the versions of constraints-minimum.txt: they must be the bounds users get.
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    minimums = {}
+    for line in (ROOT / "constraints-minimum.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            requirement = Requirement(line)
+            (pin,) = requirement.specifier
+            assert pin.operator == "==", f"{line!r}: a minimum is name==version"
+            minimums[requirement.name.lower()] = Version(pin.version)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [r for group in project["optional-dependencies"].values() for r in group]
+    declared = {}
+    for line in [*project["dependencies"], *extras]:
+        requirement = Requirement(line)
+        lower = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+        if lower:
+            declared[requirement.name.lower()] = lower[0]
+    assert minimums, "constraints-minimum.txt names no version"
+    for name, version in minimums.items():
+        assert declared.get(name) == version, (
+            f"{name}: constraints-minimum.txt {version}, pyproject.toml {declared.get(name)}"
+        )
+    core = {Requirement(r).name.lower() for r in project["dependencies"] if ">=" in r} - {"torch"}  # CI's CPU build
+    assert core <= set(minimums), f"core bounds CI does not prove: {sorted(core - set(minimums))}"
