@@ -256,23 +256,29 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
     assert "best val/acc=" in log and "test/acc=" in log
     assert len(log.splitlines()) < 120 and "\r" not in log  # no redraw spam
     assert "Tip:" not in log and "litmodels" not in log  # nor Lightning's adverts for its cloud
-    assert "is deprecated" not in log  # nor an upstream deprecation the user can do nothing about
+    # Nor a warning (Python's warnings shown, as a user sees them): a new upstream one makes this fail, to be avoided
+    # by calling the current API or filtered where the CLI starts, naming its upstream issue.
+    assert not re.findall(r"^.*(?:Warning\b|is deprecated).*$", log, re.M)
 
 
 def test_each_upstream_line_the_cli_hides_is_still_printed_upstream(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """project/engine/cli.py filters two upstream lines of every run. Once an upgrade stops printing one, this fails:
-    remove that filter (its issue says when), rather than keep it forever."""
+    """project/engine/cli.py filters three upstream lines of every run. Once an upgrade stops printing one, this
+    fails: remove that filter (its issue says when), rather than keep it forever."""
     import logging
 
     import lightning as L
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
     from lightning.pytorch.utilities._pytree import _tree_flatten  # what Lightning 2.6 calls each step (#21326)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _tree_flatten(0)
+        LightningCLI(BoringModel, BoringDataModule, run=False, args=[f"--trainer.default_root_dir={tmp_path}"])
     assert any("`isinstance(treespec, LeafSpec)` is deprecated" in str(w.message) for w in caught)
+    assert any("deprecated in v4.49.0" in str(w.message) for w in caught)  # Lightning's calls of jsonargparse (#21900)
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     monkeypatch.setattr(rank_zero, "filters", [])  # the CLI's filter off: what Lightning itself prints (#21294)
     with caplog.at_level(logging.INFO, logger=rank_zero.name):
