@@ -156,9 +156,9 @@ contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG 
 # changes); the suite's subprocesses keep it in front too (tests/conftest.py).
 test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
 	$(BIN)/pip install -q --upgrade --no-deps --target .venv-minimum -r constraints-minimum.txt
-	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "import warnings; warnings.simplefilter('ignore'); \
-		import lightning, torchmetrics, jsonargparse, optuna, pyarrow, torch; print('at the minimums:', \
-		*(f'{m.__name__} {m.__version__}' for m in (lightning, torchmetrics, jsonargparse, optuna, pyarrow, torch)))"
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "import re; from importlib.metadata import version; \
+		print('at the minimums:', *(f'{n} {version(n)},' for n in re.findall(r'^([\w-]+)==', \
+		open('constraints-minimum.txt').read(), re.M)), 'torch', version('torch'))"
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
 		--no-loadscope-reorder -m "not slow and not manual" $(ARGS)
 
