@@ -27,6 +27,7 @@ same functions with small sizes.
 
 import argparse
 import csv
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -167,19 +168,28 @@ def write_lines(path: str | Path, per_class: int = 400, seed: int = 0) -> Path:
     return path
 
 
-def write_tiny_encoder(path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32) -> Path:
+def write_tiny_encoder(
+    path: str | Path, texts: list[str], seed: int = 0, layers: int = 2, width: int = 32, vocab_size: int = 500
+) -> Path:
     """A tiny BERT and its WordPiece tokenizer learned from ``texts``, saved as a pretrained model is
     (``save_pretrained``): for ``configs/tasks/hf_text_classification.yaml`` where nothing can be downloaded. Its
     weights are random: a stand-in for a real checkpoint such as ``google-bert/bert-base-uncased``."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import AutoModel, BertConfig, PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=500, special_tokens=specials))
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    # The vocabulary is made here, not by tokenizers' WordPieceTrainer, whose choice among pieces of equal count
+    # changes from run to run: the same texts give the same ids, so a model trained on them learns the same way.
+    # Every character and its ##continuation (any word splits into known pieces), then the most frequent words.
+    words = Counter(w for text in texts for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars = sorted({c for word in words for c in word})
+    pieces = [*specials, *chars, *(f"##{c}" for c in chars)]
+    frequent = [w for w, _ in sorted(words.items(), key=lambda item: (-item[1], item[0])) if len(w) > 1]
+    vocab = pieces + frequent[: max(0, vocab_size - len(pieces))]
+    tokenizer = Tokenizer(models.WordPiece({piece: i for i, piece in enumerate(vocab)}, unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
