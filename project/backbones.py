@@ -31,9 +31,13 @@ class TimmNet(nn.Module):
     ``num_outputs``; ``in_chans`` follows the images' channels."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_outputs: int, name: str = "resnet18", weights: str | None = None,
+        self,
+        input_shape: tuple[int, ...],
+        num_outputs: int,
+        name: str = "resnet18",
+        weights: str | None = None,
         dropout: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """
         Args:
             input_shape: (channels, height, width), linked from the data.
@@ -84,8 +88,10 @@ class TimmNet(nn.Module):
 
         hub_id = self.backbone.pretrained_cfg.get("hf_hub_id")
         if not hub_id:
-            raise ConfigError(f"model.net.init_args.weights=timm: timm has no Hugging Face weights for {self._name!r}; "
-                              "give a local file instead (model.net.init_args.weights=<path>).")  # fmt: skip
+            raise ConfigError(
+                f"model.net.init_args.weights=timm: timm has no Hugging Face weights for {self._name!r}; "
+                "give a local file instead (model.net.init_args.weights=<path>)."
+            )
         for filename in ("model.safetensors", "pytorch_model.bin"):
             found = try_to_load_from_cache(hub_id, filename)
             if isinstance(found, str):

@@ -26,8 +26,15 @@ class OutputHistogram(L.Callback):
         self.max_values = max_values
         self._kept: list[torch.Tensor] = []
 
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:  # fmt: skip
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if trainer.sanity_checking or sum(t.numel() for t in self._kept) >= self.max_values:
             return
         self._kept.append(outputs["outputs"].detach().flatten().float().cpu())

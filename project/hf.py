@@ -163,9 +163,11 @@ def _dtype(name: str, lora: "LoRA | None") -> dict[str, Any]:
             "model.net.init_args.dtype=nf4 (QLoRA) needs bitsandbytes: make install EXTRAS=hf,qlora."
         ) from None
     quantization = transformers_module().BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
         bnb_4bit_use_double_quant=True,
-    )  # fmt: skip
+    )
     return {"dtype": torch.bfloat16, "quantization_config": quantization}
 
 
@@ -181,8 +183,9 @@ def _float(logits: Tensor) -> Tensor:
 def _frozen_are_not_missing(net: nn.Module, incompatible: Any) -> None:
     """Loading a checkpoint: the frozen base's weights are absent by design (``_Pretrained``), any other is not."""
     frozen = net.frozen_names()  # type: ignore[operator]
-    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys
-                                    if not any(k == n or k.endswith(f".{n}") for n in frozen)]  # fmt: skip
+    incompatible.missing_keys[:] = [
+        k for k in incompatible.missing_keys if not any(k == n or k.endswith(f".{n}") for n in frozen)
+    ]
 
 
 class HFClassifier(_Pretrained):
@@ -245,13 +248,21 @@ class HFCausalLM(_Pretrained):
     def generate(self, ids: Tensor, max_new_tokens: int, temperature: float, top_k: int | None, seed: int) -> Tensor:
         """``max_new_tokens`` ids after the prompt ``ids`` (1, T), sampled as the task says (temperature 0: greedy),
         padded with the end-of-turn id after the model stops."""
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": top_k or 0} if temperature > 0 else {
-            "do_sample": False, "temperature": None, "top_k": None, "top_p": None}  # fmt: skip
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_k": top_k or 0}
+            if temperature > 0
+            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
+        )
         stop = self.stop_ids[0]
         with torch.random.fork_rng(devices=[ids.device] if ids.is_cuda else []):
             torch.manual_seed(seed)
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                      pad_token_id=stop, **sampling)  # fmt: skip
+            out = self.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                pad_token_id=stop,
+                **sampling,
+            )
         new = out[:, ids.shape[1] :]
         return nn.functional.pad(new, (0, max_new_tokens - new.shape[1]), value=stop)
 
@@ -270,8 +281,14 @@ def _with_lora(model: nn.Module, lora: LoRA, task_type: str) -> nn.Module:
     """peft's LoRA around ``model``: the base frozen, the adapters (and ``modules_to_save``) trained."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(task_type=task_type, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=lora.target_modules, modules_to_save=lora.modules_to_save or None)  # fmt: skip
+    config = LoraConfig(
+        task_type=task_type,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        modules_to_save=lora.modules_to_save or None,
+    )
     with warnings.catch_warnings():  # peft asks transformers' deprecated is_gradient_checkpointing
         warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
         wrapped = get_peft_model(model, config)
@@ -307,8 +324,11 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
         if net.quantized:  # merged into the base reloaded in bfloat16, not into its 4-bit blocks (QLoRA's way)
             from peft import PeftModel
 
-            auto = transformers_module().AutoModelForSequenceClassification if isinstance(net, HFClassifier) else (
-                transformers_module().AutoModelForCausalLM)  # fmt: skip
+            auto = (
+                transformers_module().AutoModelForSequenceClassification
+                if isinstance(net, HFClassifier)
+                else (transformers_module().AutoModelForCausalLM)
+            )
             labels = {"num_labels": len(data.target_names)} if isinstance(net, HFClassifier) else {}
             reloaded = auto.from_pretrained(net.path, dtype=torch.bfloat16, local_files_only=True, **labels)
             hf_model = PeftModel.from_pretrained(reloaded, out / "adapter")

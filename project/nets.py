@@ -99,9 +99,14 @@ class ResNet(nn.Module):
     global batch, so that 2 processes x B equal 1 process x 2B (docs/scaling.md, "Several devices")."""
 
     def __init__(
-        self, input_shape: tuple[int, ...], num_outputs: int, width: int = 32, stages: int = 3, blocks: int = 1,
+        self,
+        input_shape: tuple[int, ...],
+        num_outputs: int,
+        width: int = 32,
+        stages: int = 3,
+        blocks: int = 1,
         dropout: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         if len(input_shape) != 3:
             raise ConfigError(f"ResNet needs images shaped (channels, height, width), got input_shape={input_shape}.")

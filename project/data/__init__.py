@@ -11,6 +11,11 @@ from project.data.table import CSVDataModule
 from project.data.text import TextDataModule
 
 __all__ = [
-    "CSVDataModule", "ChatDataModule", "DigitsDataModule", "ImageFolderDataModule", "LabelledTextDataModule",
-    "SegmentationFolderDataModule", "TextDataModule",
-]  # fmt: skip
+    "CSVDataModule",
+    "ChatDataModule",
+    "DigitsDataModule",
+    "ImageFolderDataModule",
+    "LabelledTextDataModule",
+    "SegmentationFolderDataModule",
+    "TextDataModule",
+]

@@ -45,8 +45,10 @@ def pad_chats(samples: list[tuple[Tensor, Tensor]], pad: int) -> tuple[Tensor, T
     model is causal), targets with ``IGNORE_INDEX``; a packed block's inputs (2, n) along their last dimension."""
     inputs, targets = zip(*samples, strict=True)
     padded = nn.utils.rnn.pad_sequence([x.movedim(0, -1) for x in inputs], batch_first=True, padding_value=pad)
-    return (padded.transpose(1, -1) if padded.ndim == 3 else padded,
-            nn.utils.rnn.pad_sequence(list(targets), batch_first=True, padding_value=IGNORE_INDEX))  # fmt: skip
+    return (
+        padded.transpose(1, -1) if padded.ndim == 3 else padded,
+        nn.utils.rnn.pad_sequence(list(targets), batch_first=True, padding_value=IGNORE_INDEX),
+    )
 
 
 def pack_chats(samples: list[tuple[Tensor, Tensor]], max_length: int) -> list[tuple[Tensor, Tensor]]:
@@ -60,8 +62,13 @@ def pack_chats(samples: list[tuple[Tensor, Tensor]], max_length: int) -> list[tu
             filled = 0
         blocks[-1].append((x, y))
         filled += len(x)
-    return [(torch.stack([torch.cat([x for x, _ in block]), torch.cat([torch.arange(len(x)) for x, _ in block])]),
-             torch.cat([y for _, y in block])) for block in blocks]  # fmt: skip
+    return [
+        (
+            torch.stack([torch.cat([x for x, _ in block]), torch.cat([torch.arange(len(x)) for x, _ in block])]),
+            torch.cat([y for _, y in block]),
+        )
+        for block in blocks
+    ]
 
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -74,12 +81,15 @@ def messages_of(row: dict[str, Any], where: str) -> list[dict[str, str]]:
     elif "prompt" in row and "completion" in row:
         messages = [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["completion"]}]
     else:
-        raise ConfigError(f"{where}: a row holds either messages (a list of role and content) or prompt and "
-                          "completion.")  # fmt: skip
+        raise ConfigError(
+            f"{where}: a row holds either messages (a list of role and content) or prompt and completion."
+        )
     for i, m in enumerate(messages, 1):
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise ConfigError(f"{where}, turn {i}: {json.dumps(m)[:80]} is not a turn: a role among {list(ROLES)} "
-                              "and a content that is text.")  # fmt: skip
+            raise ConfigError(
+                f"{where}, turn {i}: {json.dumps(m)[:80]} is not a turn: a role among {list(ROLES)} "
+                "and a content that is text."
+            )
         if m["role"] == "assistant" and not m["content"].strip():
             raise ConfigError(
                 f"{where}, turn {i}: an empty answer (the assistant's content); there is nothing to learn."
@@ -100,19 +110,25 @@ def tokenize_chat(tokenizer: Any, messages: list[dict[str, str]], max_length: in
         text = render(i + 1)
         prompt = render(i, prompt=True) if message["role"] == "assistant" else before
         if not (text.startswith(prompt) and prompt.startswith(before)):
-            raise ConfigError(f"{where}: the tokenizer's chat template renders a chat's first turns differently "
-                              "from the chat's beginning, so the assistant's tokens cannot be told apart.")  # fmt: skip
+            raise ConfigError(
+                f"{where}: the tokenizer's chat template renders a chat's first turns differently "
+                "from the chat's beginning, so the assistant's tokens cannot be told apart."
+            )
         if message["role"] == "assistant":
             spans.append((len(prompt), len(text)))
         before = text
     # The whole text tokenised at once (as the model saw text in pretraining), each token labelled by where it starts.
     encoded = tokenizer(before, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoded["input_ids"][: max_length + 1]
-    labels = [i if any(s <= begin < e for s, e in spans) else IGNORE_INDEX
-              for i, (begin, _) in zip(ids, encoded["offset_mapping"], strict=False)]  # fmt: skip
+    labels = [
+        i if any(s <= begin < e for s, e in spans) else IGNORE_INDEX
+        for i, (begin, _) in zip(ids, encoded["offset_mapping"], strict=False)
+    ]
     if all(label == IGNORE_INDEX for label in labels[1:]):
-        raise ConfigError(f"{where}: no assistant token is left to learn from (none in the chat, or all after the "
-                          f"first data.max_length={max_length} tokens).")  # fmt: skip
+        raise ConfigError(
+            f"{where}: no assistant token is left to learn from (none in the chat, or all after the "
+            f"first data.max_length={max_length} tokens)."
+        )
     return torch.tensor(ids[:-1]), torch.tensor(labels[1:])
 
 
@@ -132,8 +148,16 @@ class ChatDataModule(DataModule):
 
     input_dtype = torch.int64
 
-    def __init__(self, path: str, tokenizer: str, max_length: int = 1024, pack: bool = False, *,
-                 normalize: bool = False, **engine: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        tokenizer: str,
+        max_length: int = 1024,
+        pack: bool = False,
+        *,
+        normalize: bool = False,
+        **engine: Any,
+    ) -> None:
         """
         Args:
             path: a ``.jsonl`` file of chats (``messages``) or of ``prompt`` and ``completion`` pairs.
@@ -150,8 +174,10 @@ class ChatDataModule(DataModule):
         where = pretrained_path(tokenizer, "data.tokenizer", download=False)
         self.tokenizer = transformers_module().AutoTokenizer.from_pretrained(where, local_files_only=True)
         if not self.tokenizer.chat_template:
-            raise ConfigError(f"data.tokenizer={tokenizer!r} has no chat template: use the model's instruct version "
-                              "(or give its tokenizer_config.json a chat_template).")  # fmt: skip
+            raise ConfigError(
+                f"data.tokenizer={tokenizer!r} has no chat template: use the model's instruct version "
+                "(or give its tokenizer_config.json a chat_template)."
+            )
         if self.tokenizer.pad_token_id is None:  # padding is never attended to nor counted: any id does
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.pad_id = self.tokenizer.pad_token_id
@@ -187,8 +213,14 @@ class ChatDataModule(DataModule):
         with contextlib.suppress(OSError):  # a read-only data folder: no cache, the chats are tokenised every run
             cache.parent.mkdir(exist_ok=True)
             partial = cache.with_suffix(f".{os.getpid()}.partial")  # renamed whole: another process may read it
-            torch.save({"ids": torch.cat([x for x, _ in samples]), "labels": torch.cat([y for _, y in samples]),
-                        "lengths": torch.tensor([len(x) for x, _ in samples])}, partial)  # fmt: skip
+            torch.save(
+                {
+                    "ids": torch.cat([x for x, _ in samples]),
+                    "labels": torch.cat([y for _, y in samples]),
+                    "lengths": torch.tensor([len(x) for x, _ in samples]),
+                },
+                partial,
+            )
             os.replace(partial, cache)
         return samples
 
@@ -199,14 +231,17 @@ class ChatDataModule(DataModule):
         chats = [train[i] for i in range(len(train))]  # type: ignore[arg-type]
         packed = _Chats(pack_chats(chats, self.input_shape[0]))
         tokens = sum(len(x) for x, _ in chats)
-        rank_zero_info(f"Packed the {len(chats)} training chats into {len(packed)} blocks of up to "
-                       f"{self.input_shape[0]} tokens ({tokens / len(packed):.0f} tokens a block).")  # fmt: skip
+        rank_zero_info(
+            f"Packed the {len(chats)} training chats into {len(packed)} blocks of up to "
+            f"{self.input_shape[0]} tokens ({tokens / len(packed):.0f} tokens a block)."
+        )
         return packed, val, test
 
     def prompt_ids(self, text: str) -> Tensor:
         """A user turn as the model's template renders it, up to where the assistant's answer starts."""
-        rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True)  # fmt: skip
+        rendered = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         return torch.tensor(self.tokenizer(rendered, add_special_tokens=False)["input_ids"][-self.input_shape[0] :])
 
     def load_predict_inputs(self, path: Path) -> Dataset:  # type: ignore[override]
@@ -231,8 +266,9 @@ class ChatDataModule(DataModule):
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def run_files(self) -> dict[str, str]:
-        return huggingface_tokenizer_file(self.tokenizer, self.pad_id, self.vocabulary,
-                                          chat_template=self.tokenizer.chat_template)  # fmt: skip
+        return huggingface_tokenizer_file(
+            self.tokenizer, self.pad_id, self.vocabulary, chat_template=self.tokenizer.chat_template
+        )
 
     def show(self, sample: Tensor, ax: Any) -> None:
         ax.text(0.0, 1.0, self.decode(sample.tolist())[:300], va="top", family="monospace", fontsize=7, wrap=True)

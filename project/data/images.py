@@ -83,9 +83,13 @@ class ImageFolderDataModule(DataModule):
     """Images in class subfolders of ``root``, split train/val/test by ``split_seed``."""
 
     def __init__(
-        self, root: str, image_size: int | tuple[int, int] = 32, grayscale: bool = False, augment: bool = False,
+        self,
+        root: str,
+        image_size: int | tuple[int, int] = 32,
+        grayscale: bool = False,
+        augment: bool = False,
         **engine: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """
         Args:
             root: the folder whose subfolders are the classes.

@@ -88,8 +88,11 @@ def pretrained_path(name_or_path: str, key: str, download: bool) -> str:
         return snapshot_download(name_or_path, local_files_only=True)
     except Exception:  # not in the cache (or not a hub id): huggingface_hub raises several kinds
         hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
-        fetch = f"; a hub id is fetched on a connected machine (hf download {name_or_path}) and its cache copied over" \
-            if hub_id else ""  # fmt: skip
+        fetch = (
+            f"; a hub id is fetched on a connected machine (hf download {name_or_path}) and its cache copied over"
+            if hub_id
+            else ""
+        )
         raise ConfigError(
             f"{key}={name_or_path!r}: no such directory (one that save_pretrained wrote), nor a model in the local "
             f"Hugging Face cache{fetch}."
@@ -100,8 +103,13 @@ def huggingface_tokenizer_file(
     tokenizer: Any, pad_id: int, vocabulary: list[str] | None, **more: Any
 ) -> dict[str, str]:
     """``tokenizer.json`` of a run: the vocabulary in id order, the pad id and the Hugging Face tokenizer itself."""
-    record = {"kind": "huggingface", "special": {"<pad>": pad_id}, "vocabulary": vocabulary, **more,
-              "tokenizer": json.loads(tokenizer.backend_tokenizer.to_str())}  # fmt: skip
+    record = {
+        "kind": "huggingface",
+        "special": {"<pad>": pad_id},
+        "vocabulary": vocabulary,
+        **more,
+        "tokenizer": json.loads(tokenizer.backend_tokenizer.to_str()),
+    }
     return {"tokenizer.json": json.dumps(record, indent=1)}
 
 
@@ -165,8 +173,10 @@ class LabelledTextDataModule(DataModule):
         self.target_kind, self.target_names = "values", tags
         for i, row in enumerate(self._rows, 1):
             if bad := next((tag for tag in tags if str(row[tag]).strip() not in _TAG_VALUES), None):
-                raise ConfigError(f"data.label: {path!r}, row {i}, column {bad!r} holds {row[bad]!r}; a tag column "
-                                  "holds 0 or 1 (true or false).")  # fmt: skip
+                raise ConfigError(
+                    f"data.label: {path!r}, row {i}, column {bad!r} holds {row[bad]!r}; a tag column "
+                    "holds 0 or 1 (true or false)."
+                )
 
     def encode(self, text: str, where: str) -> Tensor:
         if not text:  # a text of no token: nothing for the net to read (and its mean over no token is undefined)

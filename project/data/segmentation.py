@@ -80,9 +80,14 @@ class SegmentationFolderDataModule(DataModule):
     A target is the (H, W) int64 map of class indices at ``image_size``."""
 
     def __init__(
-        self, root: str, image_size: int | tuple[int, int] = 32, grayscale: bool = False, augment: bool = False,
-        ignore_index: int | None = None, **engine: Any,
-    ) -> None:  # fmt: skip
+        self,
+        root: str,
+        image_size: int | tuple[int, int] = 32,
+        grayscale: bool = False,
+        augment: bool = False,
+        ignore_index: int | None = None,
+        **engine: Any,
+    ) -> None:
         """
         Args:
             root: the folder holding ``images/``, ``masks/`` and optionally ``classes.txt``.

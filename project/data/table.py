@@ -92,8 +92,9 @@ def _read_delimited(pa: Any, pa_csv: Any, path: Path, key: str, delimiter: str, 
     def read(threads: bool) -> Any:
         options = pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=remember)
         convert = pa_csv.ConvertOptions(strings_can_be_null=True, column_types=text)
-        return pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=threads), parse_options=options,
-                               convert_options=convert)  # fmt: skip
+        return pa_csv.read_csv(
+            path, read_options=pa_csv.ReadOptions(use_threads=threads), parse_options=options, convert_options=convert
+        )
 
     table = read(threads=True)
     if ragged:  # read again in one thread, which numbers the rows, to name the first bad one
@@ -197,9 +198,14 @@ def _per_column(function: Callable[[Any], Any], columns: list[Any]) -> list[Any]
 
 
 def fit_encoding(
-    table: Any, features: list[str], train: list[int], categorical: list[str], missing: str, max_categories: int,
+    table: Any,
+    features: list[str],
+    train: list[int],
+    categorical: list[str],
+    missing: str,
+    max_categories: int,
     path: Path,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """How each feature becomes inputs, learned from the training rows only: plain data (the checkpoint keeps it)."""
     import pyarrow as pa
 
@@ -259,8 +265,10 @@ def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: 
         if "categories" in c:
             cells = Categories(table, c["name"])
             if missing == "refuse" and cells.first_missing() is not None:
-                raise ConfigError(f"{key}={str(path)!r}: column {c['name']!r}, row {cells.first_missing()} is "
-                                  "missing (data.missing=refuse).")  # fmt: skip
+                raise ConfigError(
+                    f"{key}={str(path)!r}: column {c['name']!r}, row {cells.first_missing()} is "
+                    "missing (data.missing=refuse)."
+                )
             codes = cells.codes(c["categories"])
             unknown = codes < 0
             unseen = sorted({cells.values[i] for i in np.unique(cells.rows[unknown])} - {None})
@@ -347,8 +355,9 @@ class CSVDataModule(DataModule):
         train, _, test = self.split_indices(table.num_rows)
         rows = {c: ["" if v is None else str(v) for v in _cells(table, c)] for c in ids}
         self.test_columns = {c: [values[i] for i in test] for c, values in rows.items()}
-        self.encoding = fit_encoding(table, self.features, train, list(categorical or []), missing, max_categories,
-                                     self.path)  # fmt: skip
+        self.encoding = fit_encoding(
+            table, self.features, train, list(categorical or []), missing, max_categories, self.path
+        )
         self.inputs, _, _ = encode(table, self.encoding, self.path, "data.path", missing)
         self.input_names = input_names(self.encoding)
         self.input_shape = (len(self.input_names),)
@@ -378,16 +387,20 @@ class CSVDataModule(DataModule):
         table = read_table(path, "data.predict_path", as_text=carried)
         absent = [c for c in carried(table.column_names) if c not in table.column_names]
         if absent:
-            raise ConfigError(f"data.id_columns={self.id_columns!r}: {absent} are not columns of {str(path)!r}; "
-                              f"its columns are {table.column_names}.")  # fmt: skip
+            raise ConfigError(
+                f"data.id_columns={self.id_columns!r}: {absent} are not columns of {str(path)!r}; "
+                f"its columns are {table.column_names}."
+            )
         inputs, unknown, unseen = encode(table, self.encoding, path, "data.predict_path", self.hparams["missing"])
         self.predict_columns = {
             c: ["" if v is None else str(v) for v in _cells(table, c)] for c in carried(table.column_names)
         }
         if unknown:
             shown = "; ".join(f"{column}: {', '.join(map(repr, values[:5]))}" for column, values in unseen.items())
-            print(f"{unknown} of the {len(inputs)} rows of {path} hold a category the training data never had "
-                  f"({shown}), encoded as none of the known ones.")  # fmt: skip
+            print(
+                f"{unknown} of the {len(inputs)} rows of {path} hold a category the training data never had "
+                f"({shown}), encoded as none of the known ones."
+            )
         return inputs
 
     def show(self, sample: Tensor, ax: Any) -> None:

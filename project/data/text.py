@@ -124,8 +124,10 @@ class TextDataModule(DataModule):
         if tokenizer not in ("bytes", "bpe"):  # jsonargparse checks the CLI's; this checks Python's callers
             raise ConfigError(f"data.tokenizer={tokenizer!r}: expected bytes or bpe.")
         if tokenizer == "bpe" and not 258 <= vocab_size <= 1 << 16:
-            raise ConfigError(f"data.vocab_size={vocab_size!r}: a BPE holds the 256 bytes, <|endoftext|> and at "
-                              "least one merge (>= 258), and its ids are stored as uint16 (<= 65536).")  # fmt: skip
+            raise ConfigError(
+                f"data.vocab_size={vocab_size!r}: a BPE holds the 256 bytes, <|endoftext|> and at "
+                "least one merge (>= 258), and its ids are stored as uint16 (<= 65536)."
+            )
         self.input_shape = (block_size,)
         if self.restored():  # the tokenizer and vocabulary from the checkpoint: the corpus is not read
             return
@@ -161,8 +163,11 @@ class TextDataModule(DataModule):
     def _cached(self, kind: str, *extra: Any) -> Path:
         """The cache's name for ``kind`` of this corpus: a hash of the files' paths, sizes and times (and ``extra``)."""
         files = self._files()
-        key = hashlib.sha1(json.dumps([kind, *extra, *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns)
-                                                       for f in files)]).encode()).hexdigest()[:16]  # fmt: skip
+        key = hashlib.sha1(
+            json.dumps(
+                [kind, *extra, *((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)]
+            ).encode()
+        ).hexdigest()[:16]
         folder = Path(self.hparams["cache_dir"]) if self.hparams["cache_dir"] else default_cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         return folder / key
@@ -215,8 +220,9 @@ class TextDataModule(DataModule):
 
     def _learned_bpe(self) -> str:
         """The BPE learned from the training text (cached beside the token files: a resumed run reuses it)."""
-        path = self._cached("bpe", self.hparams["vocab_size"], self.hparams["val_fraction"],
-                            self.hparams["test_fraction"]).with_suffix(".bpe.json")  # fmt: skip
+        path = self._cached(
+            "bpe", self.hparams["vocab_size"], self.hparams["val_fraction"], self.hparams["test_fraction"]
+        ).with_suffix(".bpe.json")
         if not path.exists():
             partial = path.with_suffix(f".partial-{os.getpid()}")
             training_text = (text for _, text in self._pieces(*self._byte_ranges()[0]))
@@ -269,13 +275,17 @@ class TextDataModule(DataModule):
             texts = path.read_text(encoding="utf-8", errors="replace").splitlines()
             names = [f"line {i}" for i in range(1, len(texts) + 1)]
         else:
-            raise ConfigError(f"data.predict_path={str(path)!r}: expected a .txt file (a prompt per line) or a folder "
-                              "of .txt files (a prompt each).")  # fmt: skip
+            raise ConfigError(
+                f"data.predict_path={str(path)!r}: expected a .txt file (a prompt per line) or a folder "
+                "of .txt files (a prompt each)."
+            )
         if not texts:
             raise ConfigError(f"data.predict_path={str(path)!r} holds no prompt.")
         if empty := [name for name, text in zip(names, texts, strict=True) if not text]:
-            raise ConfigError(f"data.predict_path={str(path)!r}: {', '.join(empty[:3])} holds an empty prompt (it "
-                              "would generate from <|endoftext|> alone); remove it, or give it some text.")  # fmt: skip
+            raise ConfigError(
+                f"data.predict_path={str(path)!r}: {', '.join(empty[:3])} holds an empty prompt (it "
+                "would generate from <|endoftext|> alone); remove it, or give it some text."
+            )
         self.predict_columns = {"input": texts}
         # As model.json says (input_description): <|endoftext|> first, as before every text in training, and the
         # last block_size ids kept, the model's longest context.
@@ -284,11 +294,14 @@ class TextDataModule(DataModule):
 
     def input_description(self) -> dict[str, Any]:
         return {
-            "prompt": {"prefix": [self.end_of_text], "keep_last": self.input_shape[0],
-                       "meaning": "a prompt's token ids follow the prefix (<|endoftext|>, which precedes every text "
-                                  "in training); of those, the last keep_last are the input (longer ones are refused)"},
+            "prompt": {
+                "prefix": [self.end_of_text],
+                "keep_last": self.input_shape[0],
+                "meaning": "a prompt's token ids follow the prefix (<|endoftext|>, which precedes every text "
+                "in training); of those, the last keep_last are the input (longer ones are refused)",
+            },
             "tokenizer_json": self.run_files()["tokenizer.json"],  # also the run's tokenizer.json
-        }  # fmt: skip
+        }
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_set is None:

@@ -75,9 +75,11 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> str:
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tk.decoders.ByteLevel()
     trainer = tk.trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[END_OF_TEXT], show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        show_progress=False,
         initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),  # every byte has an id: no text is unknown
-    )  # fmt: skip
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer.to_str()
 

@@ -94,20 +94,20 @@ def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any], tra
     if trainer.checkpoint_callbacks:  # else no checkpoint is written: nothing to write atomically or resume
         io = trainer.strategy.checkpoint_io
         if not isinstance(getattr(io, "checkpoint_io", io), AtomicCheckpointIO):  # BackgroundCheckpointIO wraps it
-            missing.append(("trainer.plugins", AtomicCheckpointIO,
-                            "a crash during a checkpoint write can leave a half-written .ckpt"))  # fmt: skip
+            why = "a crash during a checkpoint write can leave a half-written .ckpt"
+            missing.append(("trainer.plugins", AtomicCheckpointIO, why))
         if not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
-            missing.append(("trainer.callbacks", LastCheckpoint,
-                            "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"))  # fmt: skip
+            why = "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"
+            missing.append(("trainer.callbacks", LastCheckpoint, why))
     if not any(isinstance(cb, ValidateTheLastStep) for cb in callbacks):
-        missing.append(("trainer.callbacks", ValidateTheLastStep,
-                        "a run that stops at trainer.max_steps mid-epoch ends unvalidated"))  # fmt: skip
+        why = "a run that stops at trainer.max_steps mid-epoch ends unvalidated"
+        missing.append(("trainer.callbacks", ValidateTheLastStep, why))
     if not any(isinstance(cb, Provenance) for cb in callbacks):
-        missing.append(("trainer.callbacks", Provenance,
-                        "no provenance.json: make runs and make sweep-status cannot list this run"))  # fmt: skip
+        why = "no provenance.json: make runs and make sweep-status cannot list this run"
+        missing.append(("trainer.callbacks", Provenance, why))
     if trackers and not any(isinstance(cb, TrackerRun) for cb in callbacks):
-        missing.append(("trainer.callbacks", TrackerRun,
-                        "make resume starts new tracker runs, without config, provenance or artifacts"))  # fmt: skip
+        why = "make resume starts new tracker runs, without config, provenance or artifacts"
+        missing.append(("trainer.callbacks", TrackerRun, why))
     for key, kind, lost in missing:
         name = f"{kind.__module__}.{kind.__name__}"
         rank_zero_info(f"The config's {key} leaves out {name}: {lost} (configs/default.yaml lists it).")

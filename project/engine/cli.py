@@ -30,7 +30,7 @@ from project.engine.checks import (
     kind_of,
     manual_optimization,
     say_what_the_config_leaves_out,
-)  # fmt: skip
+)
 from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in
@@ -81,9 +81,11 @@ class CLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
-            "--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
+            "--float32_matmul_precision",
+            type=Literal["highest", "high", "medium"],
+            default="highest",
             help="torch.set_float32_matmul_precision: 'high' lets float32 matmuls use TF32 on Ampere+ GPUs",
-        )  # fmt: skip
+        )
         # Shapes and target names come from the data, so nobody types them twice (and they cannot disagree).
         parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
         net = "model.init_args.net.init_args"
@@ -93,10 +95,12 @@ class CLI(LightningCLI):
         # replace its samplers. Refused below if a config turns this back on.
         parser.set_defaults({"trainer.use_distributed_sampler": False})
         parser.add_argument(
-            "--trackers", type=list[Logger] | None, default=None,
+            "--trackers",
+            type=list[Logger] | None,
+            default=None,
             help="experiment trackers logged to beside trainer.logger, which owns the run directory "
             "(configs/loggers/mlflow.yaml, wandb.yaml; project/engine/tracking.py)",
-        )  # fmt: skip
+        )
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's version silently replaces the config's model hyperparameters with the
@@ -187,12 +191,16 @@ class CLI(LightningCLI):
         expected = getattr(task.net, "input_statistics", None)
         if self.subcommand == "fit" and expected and data.hparams.get("normalize") is True:
             data.expected_normalization = expected
-            print(f"Inputs normalised with the statistics {type(task.net).__name__} expects (mean {expected['mean']}, "
-                  f"std {expected['std']}); data.normalize=train uses the training split's instead.")  # fmt: skip
+            print(
+                f"Inputs normalised with the statistics {type(task.net).__name__} expects (mean {expected['mean']}, "
+                f"std {expected['std']}); data.normalize=train uses the training split's instead."
+            )
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]
         if self.subcommand == "predict" and not any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
-            rank_zero_info("The config's trainer.callbacks lists no prediction writer (project.engine.predict."
-                           "CSVPredictionWriter, configs/default.yaml): the predictions are not written.")  # fmt: skip
+            rank_zero_info(
+                "The config's trainer.callbacks lists no prediction writer (project.engine.predict."
+                "CSVPredictionWriter, configs/default.yaml): the predictions are not written."
+            )
         trackers = (self.config_init[self.subcommand].get("trackers") if self.subcommand == "fit" else None) or []
         if self.subcommand == "fit":
             say_what_the_config_leaves_out(self.trainer, callbacks, bool(trackers))

@@ -15,8 +15,14 @@ from project.engine.runs import flatten
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (
-    "max_epochs", "max_steps", "precision", "accumulate_grad_batches", "gradient_clip_val", "devices", "num_nodes",
-)  # fmt: skip
+    "max_epochs",
+    "max_steps",
+    "precision",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "devices",
+    "num_nodes",
+)
 
 
 def layout(task: object) -> dict:

@@ -177,8 +177,9 @@ class DataModule(L.LightningDataModule):
             return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)
         given = sorted(getattr(values, "files", None) or values)
         if given != sorted(inputs):
-            raise ConfigError(f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: "
-                              f"{sorted(inputs)}.")  # fmt: skip
+            raise ConfigError(
+                f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: {sorted(inputs)}."
+            )
         return {n: check_inputs(path, values[n], shape, dtype, self.vocabulary) for n, (shape, dtype) in inputs.items()}
 
     def setup(self, stage: str | None = None) -> None:

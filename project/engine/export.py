@@ -42,9 +42,13 @@ class Normalized(nn.Module):
     None): each its own exported input."""
 
     def __init__(
-        self, task: nn.Module, normalization: list[dict[str, list[float]] | None], ndims: list[int], head: nn.Module,
+        self,
+        task: nn.Module,
+        normalization: list[dict[str, list[float]] | None],
+        ndims: list[int],
+        head: nn.Module,
         names: list[str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.task, self.head, self.names = task, head, names
         self.identity = [stats is None for stats in normalization]
@@ -55,8 +59,10 @@ class Normalized(nn.Module):
             self.register_buffer(f"std_{i}", torch.tensor(stats["std"]).view(view))
 
     def forward(self, *inputs: Tensor) -> Tensor:
-        xs = [x if self.identity[i] else (x - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
-              for i, x in enumerate(inputs)]  # fmt: skip
+        xs = [
+            x if self.identity[i] else (x - getattr(self, f"mean_{i}")) / getattr(self, f"std_{i}")
+            for i, x in enumerate(inputs)
+        ]
         return self.head(self.task(dict(zip(self.names, xs, strict=True)) if self.names else xs[0]))
 
 
@@ -81,9 +87,12 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     names = list(named) if named else ["inputs"]
     stats = data.normalization
     net = Normalized(
-        model, [(stats or {}).get(n) for n in names] if named else [stats],
-        [len(named[n][0]) for n in names] if named else [len(data.input_shape)], head, names if named else None,
-    ).eval()  # fmt: skip
+        model,
+        [(stats or {}).get(n) for n in names] if named else [stats],
+        [len(named[n][0]) for n in names] if named else [len(data.input_shape)],
+        head,
+        names if named else None,
+    ).eval()
     output = model.output_description()
     batch = torch.export.Dim("batch")
     dynamic: list[dict[int, Any]] = [{0: batch} for _ in names]
@@ -112,9 +121,14 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     with warnings.catch_warnings():  # several inputs share the batch dimension: ONNX says it names it once
         warnings.filterwarnings("ignore", "The axis name: batch will not be used")
         torch.onnx.export(
-            net, example, out / "model.onnx", dynamic_shapes=(tuple(dynamic),), input_names=names,
-            output_names=[output["name"]], opset_version=OPSET,
-        )  # fmt: skip
+            net,
+            example,
+            out / "model.onnx",
+            dynamic_shapes=(tuple(dynamic),),
+            input_names=names,
+            output_names=[output["name"]],
+            opset_version=OPSET,
+        )
 
     with torch.inference_mode():
         reference = head(model(data.normalize(inputs)))  # the trained model, as Lightning feeds it
@@ -144,23 +158,38 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     learned = {name: getattr(data, name) for name in type(data).learned if name not in DataModule.learned}
     units = "raw, as the DataModule's load_predict_inputs decodes them"
     if named:  # one entry per exported input, in the order the model takes them
-        described: dict[str, Any] = {"inputs": [
-            {"name": n, "shape": ["batch", *shape], "dtype": str(dtype).removeprefix("torch."), "units": units,
-             "normalization": (stats or {}).get(n)} for n, (shape, dtype) in named.items()
-        ], **learned, **data.input_description()}  # fmt: skip
-    else:
-        described = {"input": {
-            "name": "inputs", "shape": ["batch", *(["sequence"] if sequences else data.input_shape)],
-            "dtype": str(data.input_dtype).removeprefix("torch."),
-            **({"max_sequence": data.input_shape[0], "vocabulary": len(data.vocabulary or [])} if sequences else {}),
-            "units": units,
-            "normalization": data.normalization,
-            **({"normalization_inside": True} if data.normalization is not None else {}),
-            **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
-            # What else the DataModule learned to turn raw files into these inputs (a table's encoding).
+        described: dict[str, Any] = {
+            "inputs": [
+                {
+                    "name": n,
+                    "shape": ["batch", *shape],
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "units": units,
+                    "normalization": (stats or {}).get(n),
+                }
+                for n, (shape, dtype) in named.items()
+            ],
             **learned,
             **data.input_description(),
-        }}  # fmt: skip
+        }
+    else:
+        described = {
+            "input": {
+                "name": "inputs",
+                "shape": ["batch", *(["sequence"] if sequences else data.input_shape)],
+                "dtype": str(data.input_dtype).removeprefix("torch."),
+                **(
+                    {"max_sequence": data.input_shape[0], "vocabulary": len(data.vocabulary or [])} if sequences else {}
+                ),
+                "units": units,
+                "normalization": data.normalization,
+                **({"normalization_inside": True} if data.normalization is not None else {}),
+                **({"features": list(data.input_names)} if data.input_names else {}),  # a table's columns, in order
+                # What else the DataModule learned to turn raw files into these inputs (a table's encoding).
+                **learned,
+                **data.input_description(),
+            }
+        }
     metadata = {
         "checkpoint": checkpoint.name,
         "files": {"onnx": "model.onnx", "torch_export": "model.pt2"},
@@ -169,11 +198,14 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         "task": model.hparams.get("_class_path") or f"{type(model).__module__}.{type(model).__qualname__}",
         "output": output,
         "onnx_opset": OPSET,
-        "parity": {"inputs": f"the first {batches.size(inputs)} test inputs, batch sizes 1 and {some}"
-                   + (f", sequence lengths {lengths} and {data.input_shape[0]}" if sequences else ""),
-                   "tolerance": f"{tolerance} x max(1, max |output|) = {tolerance * scale:.3g}", **parity},
+        "parity": {
+            "inputs": f"the first {batches.size(inputs)} test inputs, batch sizes 1 and {some}"
+            + (f", sequence lengths {lengths} and {data.input_shape[0]}" if sequences else ""),
+            "tolerance": f"{tolerance} x max(1, max |output|) = {tolerance * scale:.3g}",
+            **parity,
+        },
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
-    }  # fmt: skip
+    }
     (out / "model.json").write_text(json.dumps(metadata, indent=2))
     return metadata
 
@@ -181,8 +213,12 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m project.engine.export", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="a run directory (its checkpoints/best.ckpt is used) or a checkpoint file")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
-                        help="max |output difference| allowed, relative to the outputs' scale")  # fmt: skip
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help="max |output difference| allowed, relative to the outputs' scale",
+    )
     args = parser.parse_args(argv)
     target = Path(args.target)
     checkpoint = target / "checkpoints" / "best.ckpt" if target.is_dir() else target

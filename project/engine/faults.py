@@ -36,8 +36,10 @@ def disk_fault(err: OSError) -> str | None:
     if err.errno not in DISK_FULL:
         return None
     where = f"{run_dir} ({free_space(run_dir)})" if run_dir else "the run directory"
-    return (f"no space left on the device writing to {where}; the checkpoints already written are untouched. Free "
-            f"some space, then continue the run: {_resume_command()}")  # fmt: skip
+    return (
+        f"no space left on the device writing to {where}; the checkpoints already written are untouched. Free "
+        f"some space, then continue the run: {_resume_command()}"
+    )
 
 
 # torch's two ways of saying a loader worker died: its SIGCHLD handler's, and the loader's when a fetch times out.
@@ -52,11 +54,16 @@ def worker_fault(err: RuntimeError) -> str | None:
         return None
     pids, signal_name = match.groups()
     how = f"was killed by a signal ({signal_name})" if signal_name else "exited unexpectedly"
-    kept = (f"The run stopped after step {err.step} with {err.checkpoint} saved" if isinstance(err, LoaderWorkerDied)
-            else "The checkpoints already written are whole")  # fmt: skip
-    return (f"a DataLoader worker (pid {pids.strip()}) {how}: most often the out-of-memory killer (dmesg names "
-            "it); fewer data.num_workers, a smaller data.prefetch_factor or data.batch_size, or smaller samples "
-            f"need less memory. {kept}; continue it: {_resume_command()}")  # fmt: skip
+    kept = (
+        f"The run stopped after step {err.step} with {err.checkpoint} saved"
+        if isinstance(err, LoaderWorkerDied)
+        else "The checkpoints already written are whole"
+    )
+    return (
+        f"a DataLoader worker (pid {pids.strip()}) {how}: most often the out-of-memory killer (dmesg names "
+        "it); fewer data.num_workers, a smaller data.prefetch_factor or data.batch_size, or smaller samples "
+        f"need less memory. {kept}; continue it: {_resume_command()}"
+    )
 
 
 def _quiet_about_a_full_disk(args: threading.ExceptHookArgs) -> None:

@@ -17,8 +17,10 @@ def check_finetuning(net: nn.Module, freeze_backbone: bool | int, backbone_lr_sc
     if not (isinstance(freeze_backbone, bool) or freeze_backbone >= 0):
         raise ConfigError(f"model.freeze_backbone={freeze_backbone!r}: true, false, or a number of epochs >= 0.")
     if not backbone_lr_scale > 0:
-        raise ConfigError(f"model.backbone_lr_scale={backbone_lr_scale!r}: must be > 0 (freeze it instead: "
-                          "model.freeze_backbone=true).")  # fmt: skip
+        raise ConfigError(
+            f"model.backbone_lr_scale={backbone_lr_scale!r}: must be > 0 (freeze it instead: "
+            "model.freeze_backbone=true)."
+        )
     if (freeze_backbone or backbone_lr_scale != 1.0) and not isinstance(getattr(net, "backbone", None), nn.Module):
         raise ConfigError(
             f"model.freeze_backbone={freeze_backbone!r}, model.backbone_lr_scale={backbone_lr_scale!r}: "

@@ -11,11 +11,38 @@ from typing import Any
 # secret (run directories get uploaded and shared: a tracker, a shared disk, a bug report). The others are listed
 # in the record by name and size.
 UNTRACKED_MAX_BYTES = 1_000_000
-SOURCE_SUFFIXES = {".py", ".pyi", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".json", ".md", ".txt", ".rst", ".sh",
-                   ".sbatch", ".ipynb"}  # fmt: skip
+SOURCE_SUFFIXES = {
+    ".py",
+    ".pyi",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".cfg",
+    ".ini",
+    ".json",
+    ".md",
+    ".txt",
+    ".rst",
+    ".sh",
+    ".sbatch",
+    ".ipynb",
+}
 SOURCE_NAMES = {"Makefile", "Dockerfile"}
-SECRET_NAMES = (".env*", "*.pem", "*.key", "id_*", "*token*", "*secret*", "credentials*", "*.p12", "*.pfx", ".netrc",
-                ".pgpass", "*.kdbx", "*password*")  # fmt: skip
+SECRET_NAMES = (
+    ".env*",
+    "*.pem",
+    "*.key",
+    "id_*",
+    "*token*",
+    "*secret*",
+    "credentials*",
+    "*.p12",
+    "*.pfx",
+    ".netrc",
+    ".pgpass",
+    "*.kdbx",
+    "*password*",
+)
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:

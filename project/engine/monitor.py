@@ -125,8 +125,12 @@ class TrainingMonitor(L.Callback):
         }
         if not isinstance(self._tokens, int):  # one host read per logging step
             tokens_per_sec = float(self._tokens) / elapsed
-            values.update({"train/tokens_per_sec": tokens_per_sec,
-                           "train/tokens_per_sec_global": tokens_per_sec * trainer.world_size})  # fmt: skip
+            values.update(
+                {
+                    "train/tokens_per_sec": tokens_per_sec,
+                    "train/tokens_per_sec_global": tokens_per_sec * trainer.world_size,
+                }
+            )
         if self._flops_per_batch:
             values["train/flops_per_sec"] = self._flops_per_batch * self._batches / elapsed
             if self._peak_flops:

@@ -34,8 +34,10 @@ def optimizer_groups(
     parts: list[tuple[str, float, list[tuple[str, nn.Parameter]]]] = [("", 1.0, trainable)]
     if backbone is not None:
         inside = {id(p) for p in backbone.parameters()}
-        parts = [("backbone", backbone_lr_scale, [(n, p) for n, p in trainable if id(p) in inside]),
-                 ("head", 1.0, [(n, p) for n, p in trainable if id(p) not in inside])]  # fmt: skip
+        parts = [
+            ("backbone", backbone_lr_scale, [(n, p) for n, p in trainable if id(p) in inside]),
+            ("head", 1.0, [(n, p) for n, p in trainable if id(p) not in inside]),
+        ]
     groups = []
     for part, scale, named in parts:
         for i, group in enumerate(rule(named) if rule is not None else [{"params": [p for _, p in named]}], 1):

@@ -49,9 +49,14 @@ class ThrottledProgressBar(RichProgressBar):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_validation_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
         dataloader_idx: int = 0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if self.is_disabled:  # on every rank but 0
             return
         total, bar = self.total_val_batches_current_dataloader, self.val_progress_bar_id

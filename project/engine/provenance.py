@@ -140,21 +140,23 @@ class Provenance(Callback):
         if previous is None or (run_dir / previous).read_text() != packages:
             (run_dir / f"pip-freeze-{k}.txt").write_text(packages)
             previous = f"pip-freeze-{k}.txt"
-        segments.append({
-            "segment": k,
-            "command": shlex.join(sys.orig_argv),  # as typed: python -m project fit ...
-            "cli_args": self.cli_args,
-            "cwd": os.getcwd(),
-            "started": now(),
-            "ended": None,
-            "status": "running",
-            "pid": os.getpid(),
-            "resumed_from": None,  # known once Lightning has restored the checkpoint: on_fit_start
-            "git": git_state(PROJECT_ROOT, run_dir / f"git-{k}.patch"),
-            "versions": versions(),
-            "machine": machine(trainer),
-            "pip_freeze": previous,
-        })  # fmt: skip
+        segments.append(
+            {
+                "segment": k,
+                "command": shlex.join(sys.orig_argv),  # as typed: python -m project fit ...
+                "cli_args": self.cli_args,
+                "cwd": os.getcwd(),
+                "started": now(),
+                "ended": None,
+                "status": "running",
+                "pid": os.getpid(),
+                "resumed_from": None,  # known once Lightning has restored the checkpoint: on_fit_start
+                "git": git_state(PROJECT_ROOT, run_dir / f"git-{k}.patch"),
+                "versions": versions(),
+                "machine": machine(trainer),
+                "pip_freeze": previous,
+            }
+        )
         self._write()
         self._show(trainer)
 

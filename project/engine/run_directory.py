@@ -50,8 +50,12 @@ class SaveConfig(SaveConfigCallback):
 
 def _written_at_start(name: str) -> bool:
     return name.startswith(("events.out.tfevents.", "pip-freeze-", "git-")) or name in (
-        "provenance.json", "config.yaml", "hparams.yaml", "trackers.json", "tokenizer.json",
-    )  # fmt: skip
+        "provenance.json",
+        "config.yaml",
+        "hparams.yaml",
+        "trackers.json",
+        "tokenizer.json",
+    )
 
 
 def continue_in_place(config: Any, ckpt_path: Path, checkpoint: dict[str, Any]) -> bool:

@@ -43,8 +43,10 @@ def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
 
     saved = load_checkpoint(checkpoint)
     classes = []
-    for key, base, config_key in (("hyper_parameters", Task, "model"), ("datamodule_hyper_parameters", DataModule,
-                                                                         "data")):  # fmt: skip
+    for key, base, config_key in (
+        ("hyper_parameters", Task, "model"),
+        ("datamodule_hyper_parameters", DataModule, "data"),
+    ):
         class_path = (saved.get(key) or {}).get("_class_path")
         if not class_path:
             raise ConfigError(
@@ -129,9 +131,18 @@ def process_alive(pid: int | None, host: str | None = None) -> bool:
 
 def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
     """One row of `make runs`: what provenance.json says about the run (or what little config.yaml says)."""
-    row: dict[str, Any] = {"run": str(run_dir.relative_to(logs)), "status": "?", "started": "", "seconds": None,
-                           "epochs": "", "steps": "", "metric": "", "best": None, "test": None,
-                           "commit": ""}  # fmt: skip
+    row: dict[str, Any] = {
+        "run": str(run_dir.relative_to(logs)),
+        "status": "?",
+        "started": "",
+        "seconds": None,
+        "epochs": "",
+        "steps": "",
+        "metric": "",
+        "best": None,
+        "test": None,
+        "commit": "",
+    }
     path = run_dir / "provenance.json"
     if not path.is_file():
         config = run_dir / "config.yaml"
@@ -169,8 +180,16 @@ def run_summary(run_dir: Path, logs: Path) -> dict[str, Any]:
 
 def find_runs(logs: Path) -> list[Path]:
     """Every run directory under ``logs`` (``<name>/version_<N>``, sweep trials ``sweeps/<name>/trial_<n>``)."""
-    found = {p.parent for pattern in ("*/*/config.yaml", "*/*/provenance.json", "sweeps/*/*/config.yaml",
-                                       "sweeps/*/*/provenance.json") for p in logs.glob(pattern)}  # fmt: skip
+    found = {
+        p.parent
+        for pattern in (
+            "*/*/config.yaml",
+            "*/*/provenance.json",
+            "sweeps/*/*/config.yaml",
+            "sweeps/*/*/provenance.json",
+        )
+        for p in logs.glob(pattern)
+    }
     return sorted(found)
 
 
@@ -186,8 +205,10 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
     # run's momentum, AdamW's betas), and that class is shown.
     order = {"model": 0, "trainer": 1, "data": 2}
     rank = lambda k: 0 if k.endswith("class_path") else 1 if all(k in c for c in configs.values()) else 2  # noqa: E731
-    differ = sorted((k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1),
-                    key=lambda k: (order.get(k.partition(".")[0], 3), rank(k), k))  # fmt: skip
+    differ = sorted(
+        (k for k in keys if len({c.get(k, "") for c in configs.values()}) > 1),
+        key=lambda k: (order.get(k.partition(".")[0], 3), rank(k), k),
+    )
     differing, untold = differ[:max_hparams], differ[max_hparams:]
     # The scores of the metric each run is judged by: named in the header when every run shares it.
     metrics = {row["metric"] for row in rows if row["metric"]}
@@ -197,13 +218,21 @@ def table(logs: Path, name: str | None = None, max_hparams: int = 5) -> str:
     lines = [header]
     for row in rows:
         seconds = row["seconds"]
-        lines.append([
-            row["run"], row["status"], row["started"].replace("T", " ")[:16],
-            "" if seconds is None else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s",
-            str(row["epochs"]), str(row["steps"]), *([] if shared else [row["metric"]]),
-            "" if row["best"] is None else f"{row['best']:.4f}", "" if row["test"] is None else f"{row['test']:.4f}",
-            *(configs[row["run"]].get(k, "") for k in differing), row["commit"],
-        ])  # fmt: skip
+        lines.append(
+            [
+                row["run"],
+                row["status"],
+                row["started"].replace("T", " ")[:16],
+                "" if seconds is None else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s",
+                str(row["epochs"]),
+                str(row["steps"]),
+                *([] if shared else [row["metric"]]),
+                "" if row["best"] is None else f"{row['best']:.4f}",
+                "" if row["test"] is None else f"{row['test']:.4f}",
+                *(configs[row["run"]].get(k, "") for k in differing),
+                row["commit"],
+            ]
+        )
     named = ", ".join(untold[:3]) + (", ..." if len(untold) > 3 else "")
     more = f"\n({len(untold)} more keys differ: {named}; make runs ARGS='--columns 10' shows more)" if untold else ""
     return columns(lines) + more

@@ -297,8 +297,10 @@ class Task(L.LightningModule):
         logging, ``val_check_interval``) only for the first part named in ``optimizers``: one step per batch."""
         parts = list(self.optimizers_of_parts or {})
         if part not in parts:
-            raise ConfigError(f"{type(self).__name__}.manual_step({part!r}): model.optimizers names {parts}; give each "
-                              "part of the net stepped here an optimizer there.")  # fmt: skip
+            raise ConfigError(
+                f"{type(self).__name__}.manual_step({part!r}): model.optimizers names {parts}; give each "
+                "part of the net stepped here an optimizer there."
+            )
         index = parts.index(part)
         optimizer = _listed(self.optimizers())[index]
         self.toggle_optimizer(optimizer)

@@ -111,8 +111,11 @@ class TrackerRun(Callback):
             entry = self.record.setdefault(kind, {})
             entry.setdefault("logged_steps", {})
             if kind == "MLFlowLogger":
-                entry.update(run_id=tracker.run_id, experiment_id=tracker.experiment_id,
-                             tracking_uri=tracker.experiment.tracking_uri)  # fmt: skip
+                entry.update(
+                    run_id=tracker.run_id,
+                    experiment_id=tracker.experiment_id,
+                    tracking_uri=tracker.experiment.tracking_uri,
+                )
                 tracker.experiment.set_tag(tracker.run_id, "mlflow.runName", run_name)
                 tracker.experiment.update_run(tracker.run_id, status="RUNNING")  # a resumed run was FAILED or FINISHED
                 _write_once_params(tracker)

@@ -25,8 +25,10 @@ def resolve_weights_file(path: str | Path, key: str) -> Path:
         for name in ("best.ckpt", "last.ckpt"):
             if (path / "checkpoints" / name).is_file():
                 return path / "checkpoints" / name
-        raise ConfigError(f"{key}={str(path)!r}: a folder, but not a run directory (it has no checkpoints/best.ckpt "
-                          "or checkpoints/last.ckpt).")  # fmt: skip
+        raise ConfigError(
+            f"{key}={str(path)!r}: a folder, but not a run directory (it has no checkpoints/best.ckpt "
+            "or checkpoints/last.ckpt)."
+        )
     if not path.is_file():
         raise ConfigError(f"{key}={str(path)!r}: no such file or run directory.")
     if path.suffix not in WEIGHT_SUFFIXES:
@@ -54,8 +56,9 @@ def read_weights(path: Path, key: str) -> tuple[dict[str, Tensor], list[str] | N
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise ConfigError(f"{key}={str(path)!r} is not a weights file torch can read safely: "
-                          f"{str(err).splitlines()[0]}") from None  # fmt: skip
+        raise ConfigError(
+            f"{key}={str(path)!r} is not a weights file torch can read safely: {str(err).splitlines()[0]}"
+        ) from None
     for wrapper in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
             state = state[wrapper]
@@ -87,8 +90,11 @@ def load_matching(
     matching = [n for n, t in own.items() if n in state and state[n].shape == t.shape]
     if not matching:
         shaped = [n for n in own if n in state]
-        why = f"the names match but not the shapes ({shaped[:3]})" if shaped else (
-            f"no tensor name matches (the file has e.g. {sorted(state)[:3]}, this net {list(own)[:3]})")  # fmt: skip
+        why = (
+            f"the names match but not the shapes ({shaped[:3]})"
+            if shaped
+            else (f"no tensor name matches (the file has e.g. {sorted(state)[:3]}, this net {list(own)[:3]})")
+        )
         raise ConfigError(f"{key}={source!r}: nothing in it fits this net, {why}: it holds another architecture.")
     with torch.no_grad():
         for name in matching:
@@ -109,6 +115,8 @@ def _collapse(names: list[str]) -> list[str]:
     for name in names:
         prefix, _, leaf = name.rpartition(".")
         groups.setdefault(prefix, []).append(leaf)
-    shown = [f"{p}.{{{','.join(leaves)}}}" if len(leaves) > 1 else f"{p}.{leaves[0]}".lstrip(".")
-             for p, leaves in groups.items()]  # fmt: skip
+    shown = [
+        f"{p}.{{{','.join(leaves)}}}" if len(leaves) > 1 else f"{p}.{leaves[0]}".lstrip(".")
+        for p, leaves in groups.items()
+    ]
     return shown if len(shown) <= 8 else [*shown[:8], f"... ({len(names)} tensors in all)"]

@@ -85,8 +85,9 @@ class Classifier(Task):
         # The per-sample weighted losses, averaged over samples by the engine (not torch's sum(w l) / sum(w) per
         # batch): the mean stays a mean over samples, so accumulation and DDP stay equal to the big batch, and the
         # balanced weights sum to N over the training split, so the loss keeps its scale.
-        return F.cross_entropy(outputs, targets, weight=self.class_weights, reduction="none",
-                               label_smoothing=self.label_smoothing)  # fmt: skip
+        return F.cross_entropy(
+            outputs, targets, weight=self.class_weights, reduction="none", label_smoothing=self.label_smoothing
+        )
 
     def configure_metrics(self) -> MetricCollection:
         k = len(self.target_names)
@@ -111,5 +112,9 @@ class Classifier(Task):
         return header, rows
 
     def output_description(self) -> dict[str, Any]:
-        return {"name": "logits", "shape": ["batch", len(self.target_names)], "classes": self.target_names,
-                "meaning": "unnormalised log-probabilities: softmax gives the class probabilities"}  # fmt: skip
+        return {
+            "name": "logits",
+            "shape": ["batch", len(self.target_names)],
+            "classes": self.target_names,
+            "meaning": "unnormalised log-probabilities: softmax gives the class probabilities",
+        }

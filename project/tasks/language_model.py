@@ -122,8 +122,10 @@ class LanguageModel(Task):
         self.train(was_training)
         given, new = (self.decode(ids[0].tolist()) for ids in (prompt, generated))
         # Through Lightning's logger, not print: the progress bar's live display redraws what is printed meanwhile.
-        rank_zero_info(f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):"
-                       f" {given!r} -> {new!r}")  # fmt: skip
+        rank_zero_info(
+            f"A sample ({self.max_new_tokens} tokens after a test prompt, temperature {self.temperature}):"
+            f" {given!r} -> {new!r}"
+        )
 
     # ---- predict: generation ----------------------------------------------------------------------------------
 
@@ -166,7 +168,10 @@ class LanguageModel(Task):
         return ["generated"], [[self.decode(row)] for row in predictions.long().tolist()]
 
     def output_description(self) -> dict[str, Any]:
-        return {"name": "logits", "shape": ["batch", "sequence", len(self.target_names)],
-                "vocabulary": len(self.target_names),
-                "meaning": "next-token logits at every position: softmax over the last dimension gives the "
-                           "distribution of the token that follows"}  # fmt: skip
+        return {
+            "name": "logits",
+            "shape": ["batch", "sequence", len(self.target_names)],
+            "vocabulary": len(self.target_names),
+            "meaning": "next-token logits at every position: softmax over the last dimension gives the "
+            "distribution of the token that follows",
+        }

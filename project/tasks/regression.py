@@ -91,6 +91,11 @@ class Regressor(Task):
         return self.targets
 
     def output_description(self) -> dict[str, Any]:
-        return {"name": "values", "shape": ["batch", len(self.target_names)], "targets": self.target_names,
-                "units": "the targets' own units (the standardisation is inside the model)",
-                "target_mean": self.targets.mean.tolist(), "target_std": self.targets.std.tolist()}  # fmt: skip
+        return {
+            "name": "values",
+            "shape": ["batch", len(self.target_names)],
+            "targets": self.target_names,
+            "units": "the targets' own units (the standardisation is inside the model)",
+            "target_mean": self.targets.mean.tolist(),
+            "target_std": self.targets.std.tolist(),
+        }

@@ -96,8 +96,11 @@ class Segmenter(Task):
             image.save(folder / mask_file(i))
 
     def output_description(self) -> dict[str, Any]:
-        return {"name": "logits", "shape": ["batch", len(self.target_names), "height", "width"],
-                "classes": self.target_names,
-                "meaning": "unnormalised per-pixel log-probabilities over the classes (dimension 1), height x width "
-                           "as the input's: softmax over dimension 1 gives each pixel's class probabilities, argmax "
-                           "its class index"}  # fmt: skip
+        return {
+            "name": "logits",
+            "shape": ["batch", len(self.target_names), "height", "width"],
+            "classes": self.target_names,
+            "meaning": "unnormalised per-pixel log-probabilities over the classes (dimension 1), height x width "
+            "as the input's: softmax over dimension 1 gives each pixel's class probabilities, argmax "
+            "its class index",
+        }

@@ -46,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         import matplotlib  # noqa: F401
         import optuna  # noqa: F401
     except ImportError as err:
-        print(f"error: make sweep needs {err.name}: pip install -e '.[sweep]' (make install installs it).",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: make sweep needs {err.name}: pip install -e '.[sweep]' (make install installs it).",
+            file=sys.stderr,
+        )
         return USAGE_ERROR
     from project.engine.errors import ConfigError
     from project.engine.sweep import spec as sweep_spec

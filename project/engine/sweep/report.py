@@ -30,10 +30,17 @@ def table(study: optuna.Study, spec: Namespace) -> str:
         if t.state != TrialState.WAITING and t.user_attrs.get("host") not in (None, HOST):
             note = f"on {t.user_attrs['host']}; {note}".rstrip("; ")
         value = f"{t.value:.4f}" if t.value is not None else ""
-        rows.append([
-            str(t.number), t.state.name.lower(), value, str(t.user_attrs.get("epochs", "")),
-            str(t.user_attrs.get("seconds", "")), *(shown(t.params.get(k, "")) for k in keys), note,
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(t.number),
+                t.state.name.lower(),
+                value,
+                str(t.user_attrs.get("epochs", "")),
+                str(t.user_attrs.get("seconds", "")),
+                *(shown(t.params.get(k, "")) for k in keys),
+                note,
+            ]
+        )
     lines = columns(rows).splitlines()
     counts = {s.name.lower(): sum(t.state == s for t in trials) for s in TrialState}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)

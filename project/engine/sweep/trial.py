@@ -49,8 +49,11 @@ class SweepTrial(Callback):
 
         if self._trial is None:
             return
-        tags = {"sweep.study": self._trial.study.study_name, "sweep.trial": self.trial_number,
-                **{f"sweep.{k}": v for k, v in self._trial.params.items()}}  # fmt: skip
+        tags = {
+            "sweep.study": self._trial.study.study_name,
+            "sweep.trial": self.trial_number,
+            **{f"sweep.{k}": v for k, v in self._trial.params.items()},
+        }
         for tracker_run in (cb for cb in trainer.callbacks if isinstance(cb, TrackerRun)):  # type: ignore[attr-defined]
             tracker_run.tag(tags)
 

@@ -75,8 +75,11 @@ class Worker:
         while True:
             self.held.enter_context(lock(self.study, self.store, self.sweep_dir))
             for number in fail_stale(self.study, self.store, self.spec.max_retry):
-                print(f"trial {number}: its worker is gone (a lost machine or a killed process): failed, its values "
-                      "queued again.", flush=True)  # fmt: skip
+                print(
+                    f"trial {number}: its worker is gone (a lost machine or a killed process): failed, its values "
+                    "queued again.",
+                    flush=True,
+                )
             trials = self.study.get_trials(deepcopy=False)
             finished, running = (sum(t.state in states for t in trials) for states in (FINISHED, (TrialState.RUNNING,)))
             if finished + running < self.spec.trials:
@@ -89,8 +92,11 @@ class Worker:
             if finished >= self.spec.trials or not self.spec.storage:
                 return False
             if not waiting:
-                print(f"worker {self.index}: the sweep has its trials but {running} still running elsewhere, which "
-                      "may need running again: waiting for them.", flush=True)  # fmt: skip
+                print(
+                    f"worker {self.index}: the sweep has its trials but {running} still running elsewhere, which "
+                    "may need running again: waiting for them.",
+                    flush=True,
+                )
             waiting = True
             time.sleep(self.spec.heartbeat_interval)
 
@@ -98,8 +104,11 @@ class Worker:
         """Optuna's callback after each trial: stop after failures in a row, or when the sweep has its trials."""
         self.failures = self.failures + 1 if trial.state == TrialState.FAIL else 0
         if self.failures >= FAILURES_IN_A_ROW:
-            print(f"worker {self.index}: {self.failures} trials in a row failed; stopping; the last one: "
-                  f"{trial.user_attrs['error'].partition(': ')[2]}", flush=True)  # fmt: skip
+            print(
+                f"worker {self.index}: {self.failures} trials in a row failed; stopping; the last one: "
+                f"{trial.user_attrs['error'].partition(': ')[2]}",
+                flush=True,
+            )
             study.stop()
         elif not self.claim():
             study.stop()
@@ -135,8 +144,11 @@ class Worker:
         trial.set_user_attr("epochs", len(values))
         done = f"({len(values)} validations, {took:.0f} s)"
         if interrupted is None and code == 0 and "pruned_at_epoch" in reported.user_attrs:
-            print(f"trial {trial.number} (worker {self.index}): pruned at epoch "
-                  f"{reported.user_attrs['pruned_at_epoch']}  {done}", flush=True)  # fmt: skip
+            print(
+                f"trial {trial.number} (worker {self.index}): pruned at epoch "
+                f"{reported.user_attrs['pruned_at_epoch']}  {done}",
+                flush=True,
+            )
             raise optuna.TrialPruned  # its value: the last one reported
         if interrupted is None and code == 0 and values:
             best = max(values) if self.spec.direction == "maximize" else min(values)
