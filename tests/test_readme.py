@@ -154,7 +154,7 @@ def _checkout(tmp_path: Path) -> Path:
     checkout.mkdir()
     for name in ("configs", "benchmarks", "scripts"):  # copies: a command that writes (make lock) writes here
         shutil.copytree(ROOT / name, checkout / name, ignore=shutil.ignore_patterns("results", "__pycache__"))
-    for name in ("pyproject.toml", "constraints.txt"):
+    for name in ("pyproject.toml", "constraints.txt", "constraints-minimum.txt"):
         shutil.copy2(ROOT / name, checkout / name)
     for tool in TOOLS:
         (fake / tool).write_text(FAKE.format(python=sys.executable))
