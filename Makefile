@@ -94,7 +94,7 @@ update-engine: ## in a repository made by new-project: merge the template's newe
 	@echo "Merged the template's newer version: review with git diff, run make test, commit."
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)
-	$(if $(TORCH_SPEC)$(EXTRAS),@grep -qxF '$(TORCH_SPEC) $(EXTRAS)' $(INSTALLED) || $(MAKE) --no-print-directory -B $(INSTALLED))
+	$(if $(TORCH_SPEC)$(EXTRAS),@grep -qxF '$(TORCH_SPEC) $(EXTRAS)' $(INSTALLED) || $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) -B $(INSTALLED))
 
 comma := ,
 
@@ -159,8 +159,7 @@ test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versio
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "import re; from importlib.metadata import version; \
 		print('at the minimums:', *(f'{n} {version(n)},' for n in re.findall(r'^([\w-]+)==', \
 		open('constraints-minimum.txt').read(), re.M)), 'torch', version('torch'))"
-	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
-		--no-loadscope-reorder -m "not slow and not manual" $(ARGS)
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) test-fast
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)

@@ -134,15 +134,6 @@ class WarmupSchedule(LRScheduler):
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
 
-def schedules() -> list[str]:
-    """The names of the warmup schedules imported so far (``project/recipe.py``'s once the config named one)."""
-    found, todo = [], WarmupSchedule.__subclasses__()
-    while todo:  # in the order they were defined, a subclass's subclasses after it
-        found.append((kind := todo.pop(0)).__name__)
-        todo = kind.__subclasses__() + todo
-    return list(dict.fromkeys(found))
-
-
 def planned_steps(batches_per_epoch: int, accumulate_grad_batches: int, max_epochs: int, max_steps: int = -1) -> int:
     """The run's number of optimizer steps, as Lightning's ``trainer.estimated_stepping_batches`` computes it
     (one process; with several, ``batches_per_epoch`` is per process)."""

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
 from project.engine.errors import ConfigError
-from project.engine.optimization import schedules
+from project.engine.optimization import WarmupSchedule
 
 # --help lists the Trainer's keys but not those of the classes a config chooses (the task, its net, the DataModule).
 KEYS_HINT = "every key of a config: --print_config; of one class: --model.help <class path>"
@@ -78,15 +78,28 @@ def refused_by_constructor(err: ValueError) -> ConfigError | None:
     return ConfigError(f"{given[1] if given else f'a {kind[1]} of the config'}: {reasons[0]}")  # type: ignore[index]
 
 
+def _subclasses(base: type) -> list[type]:
+    """``base``'s subclasses imported so far, at any depth (AdamW is a subclass of Adam), in the order they were
+    defined, a subclass's own after it."""
+    found: list[type] = []
+    todo: list[type] = base.__subclasses__()
+    while todo:
+        found.append(kind := todo.pop(0))
+        todo = kind.__subclasses__() + todo
+    return list(dict.fromkeys(found))
+
+
 def _optimizers() -> list[str]:
-    found, todo = set(), [torch.optim.Optimizer]
-    while todo:  # AdamW is a subclass of Adam
-        todo += (kind := todo.pop()).__subclasses__()
-        found.add(kind)
     # Not those the recipe's parameter groups cannot use: LBFGS (no groups), SparseAdam (sparse gradients only), Muon
     # (matrices only).
-    unfit = {"Optimizer", "LBFGS", "SparseAdam", "Muon"}
+    unfit = {"LBFGS", "SparseAdam", "Muon"}
+    found = _subclasses(torch.optim.Optimizer)
     return sorted(c.__name__ for c in found if c.__name__ not in unfit and getattr(torch.optim, c.__name__, 0) is c)
+
+
+def _schedules() -> list[str]:
+    """The warmup schedules imported so far (``project/recipe.py``'s once the config named one)."""
+    return list(dict.fromkeys(c.__name__ for c in _subclasses(WarmupSchedule)))
 
 
 def torch_optimizer_names(args: list[str]) -> list[str]:
@@ -102,4 +115,4 @@ def torch_optimizer_names(args: list[str]) -> list[str]:
 
 
 # The task's recipe arguments that name a class: what each is, and the names it knows.
-_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", schedules)}
+_RECIPE_CLASSES = {"optimizer": ("torch.optim optimizer", _optimizers), "schedule": ("schedule", _schedules)}
