@@ -33,6 +33,7 @@ import functools
 import importlib.util
 import json
 import os
+import pkgutil
 import platform
 import random
 import resource
@@ -175,14 +176,14 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             torch.tensor(stats[key], dtype=torch.float64, device=device).view(view).float() for key in ("mean", "std")
         )
 
-    net = _load_class(spec["net"]["class_path"])(**spec["net"]["init_args"]).to(device)
+    net = pkgutil.resolve_name(spec["net"]["class_path"])(**spec["net"]["init_args"]).to(device)
     # The config's parameter-group rule and schedule (project/recipe.py's by default), called as the engine calls them.
-    rule = _load_class(spec["param_groups"]) if spec["param_groups"] else None
+    rule = pkgutil.resolve_name(spec["param_groups"]) if spec["param_groups"] else None
     groups = rule(list(net.named_parameters())) if rule else [{"params": list(net.parameters())}]
     optimizer = torch.optim.AdamW(groups, lr=spec["lr"], betas=tuple(spec["betas"]), weight_decay=spec["weight_decay"])
     total = steps * epochs
     warmup = resolve_warmup_steps(spec["warmup"], total)
-    scheduler = _load_class(spec["schedule"])(optimizer, total, warmup, **spec["schedule_args"])
+    scheduler = pkgutil.resolve_name(spec["schedule"])(optimizer, total, warmup, **spec["schedule_args"])
 
     marks = {**_marks(t0), "imported": imported, "val_batches": len(val_loader)}
     for epoch in range(epochs):
@@ -236,13 +237,6 @@ def _flops_per_step(task: Any, batch: torch.Tensor) -> int:
 def _path_of(value: Any) -> Any:
     """A function of the config (jsonargparse gives it imported) as its import path, saved as plain data."""
     return f"{value.__module__}.{value.__qualname__}" if callable(value) else value
-
-
-def _load_class(class_path: str) -> Any:
-    import importlib
-
-    module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def _classifier(train_targets: torch.Tensor) -> tuple[Any, Any]:
@@ -371,16 +365,16 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
 
     spec = torch.load(spec_path, weights_only=True)
     data, task, net = spec["data"], spec["model"], spec["net"]
-    data_class, task_class, net_class = (_load_class(c["class_path"]) for c in (data, task, net))
+    data_class, task_class, net_class = (pkgutil.resolve_name(c["class_path"]) for c in (data, task, net))
     marks = {**_marks(t0), "imported": time.time()}
     L.seed_everything(spec["seed"], verbose=False)
     datamodule = data_class(**data["init_args"])
     recipe = {  # the optimizer and schedule as LightningCLI injects them: the class with the config's arguments
-        key: functools.partial(_load_class(task["init_args"][key]["class_path"]), **task["init_args"][key]["init_args"])
-        for key in ("optimizer", "schedule")
+        key: functools.partial(pkgutil.resolve_name(part["class_path"]), **part["init_args"])
+        for key, part in ((k, task["init_args"][k]) for k in ("optimizer", "schedule"))
     }
     if task["init_args"].get("param_groups"):  # the rule, imported by its path as LightningCLI does
-        recipe["param_groups"] = _load_class(task["init_args"]["param_groups"])
+        recipe["param_groups"] = pkgutil.resolve_name(task["init_args"]["param_groups"])
     model = task_class(net=net_class(**net["init_args"]), target_names=datamodule.target_names,
                        **{**task["init_args"], **recipe})  # fmt: skip
     parent = Path(scratch or ROOT / "benchmarks" / "results" / "logs")

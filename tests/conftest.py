@@ -14,7 +14,7 @@ import torch
 
 from project.engine.cli import CLI
 from project.engine.faults import PACKAGE
-from project.engine.runs import read_scalars
+from project.engine.run_directory import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "tests" / "configs" / "digits.yaml")  # the engine tests' own config

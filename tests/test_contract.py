@@ -49,13 +49,13 @@ from probes import Recorder
 from shipped_examples import present
 
 from project.engine import batches
+from project.engine.checkpoints import load_run
 from project.engine.cli import CLI, main
 from project.engine.datamodule import DataModule
 from project.engine.last_checkpoint import Interrupted
 from project.engine.metrics import IGNORE_INDEX
 from project.engine.normalization import NORMALIZATION_SAMPLES
 from project.engine.portable import EXAMPLES
-from project.engine.runs import load_run
 from project.engine.task import Task
 
 pytestmark = [

@@ -128,7 +128,7 @@ def _logits_in_a_fresh_process(directory: Path, texts: list[str], adapter_of: Pa
 
 
 def _checkpoint_logits(run: Path, texts: list[str]) -> tuple[torch.Tensor, list[str]]:
-    from project.engine.runs import load_run
+    from project.engine.checkpoints import load_run
 
     model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)
     x, _ = data.collate_fn([(data.encode(t, "text"), torch.tensor(0)) for t in texts])
@@ -294,7 +294,7 @@ def test_multi_label_fine_tuning_learns_and_exports_as_transformers_multi_label(
 
     if not present("multilabel"):  # a repository that kept the Hugging Face example but not the MultiLabel task
         pytest.skip("the multilabel example (project/tasks/multilabel.py) is not in this repository")
-    from project.engine.runs import load_run
+    from project.engine.checkpoints import load_run
     from project.hf import save_pretrained
 
     tagged = _tagged(lines_csv, tmp_path / "tagged.csv")

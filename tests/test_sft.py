@@ -89,8 +89,8 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
+    from project.engine.checkpoints import load_run
     from project.engine.cli import main
-    from project.engine.runs import load_run
     from project.hf import save_pretrained
 
     cli = fit(tmp_path, *_given(chats_jsonl, tiny_chat), "--trainer.max_epochs=3", configs=(DIGITS, SFT))

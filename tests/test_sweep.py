@@ -553,3 +553,26 @@ def test_a_database_that_cannot_be_used_is_one_sentence(
     assert {"wrong password": "password authentication failed", "nothing listening": "cannot connect",
             "no driver": "make install EXTRAS=sweep-db"}[case] in err  # fmt: skip
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.guarantee(
+    "a trial failed for a stopped heartbeat is said so by the worker that found it, whichever check found it (its "
+    "own before counting, or Optuna's before each trial), and its values are queued again"
+)
+def test_a_stale_trial_found_by_optunas_own_check_is_said_and_queued_again(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from project.engine.sweep import spec as sweep_spec
+    from project.engine.sweep.study import open_study
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"  # a database, so Optuna's heartbeat (no server needed)
+    spec = sweep_spec.load(write_spec(tmp_path / "stale.yaml", tmp_path / "logs", storage=url))
+    study, store = open_study(spec, tmp_path / "sweep")
+    trial = study.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})
+    # Its machine lost: the storage finds its heartbeat stale (what a grace period without beats would make it).
+    monkeypatch.setattr(store, "_get_stale_trial_ids", lambda study_id: [trial._trial_id])
+    optuna.storages.fail_stale_trials(study)  # what Optuna's optimize runs before each trial, outside the worker's
+    assert f"trial {trial.number}: its worker is gone" in capsys.readouterr().out
+    trials = study.get_trials()
+    assert trials[trial.number].state == TrialState.FAIL
+    assert [t.params for t in trials if t.state == TrialState.WAITING] == [trials[trial.number].params]

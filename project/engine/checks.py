@@ -1,7 +1,8 @@
 """What the CLI checks before a run starts: the Trainer flags against the callbacks they make meaningless, the
 guarantees a config leaves out (said, never added back), and the task against the data it is given."""
 
-import importlib
+import contextlib
+import pkgutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, LearningRateM
 from lightning.pytorch.utilities import rank_zero_info
 
 from project.engine.checkpoints import AtomicCheckpointIO
+from project.engine.config_keys import flatten
 from project.engine.errors import ConfigError
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.monitored import ValidateTheLastStep
@@ -115,8 +117,7 @@ def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any], tra
 
 def kind_of(callback: Any) -> type:
     """The class a parsed callback config names."""
-    module, _, name = str(callback.class_path).rpartition(".")
-    return getattr(importlib.import_module(module), name)
+    return pkgutil.resolve_name(str(callback.class_path))
 
 
 def adapt_to_trainer_flags(trainer: Any) -> None:
@@ -154,3 +155,28 @@ def adapt_to_trainer_flags(trainer: Any) -> None:
             base = Path("logs") / "no_logger"
             versions = [int(p.name[8:]) for p in base.glob("version_*") if p.name[8:].isdigit()]
             trainer.default_root_dir = str(base / f"version_{max(versions, default=-1) + 1}")
+
+
+def check_agrees_with_checkpoint(model: Any, before: dict[str, Any], ckpt_path: Any, subcommand: str) -> None:
+    """The config's model hyperparameters (``before``, flattened) agree with those ``ckpt_path`` holds, now in
+    ``model``, or a ``ConfigError`` naming each that differs. A key the config leaves null (such as the shapes linked
+    from the data) takes the checkpoint's value; how to predict (a language model's sampling settings,
+    ``Task.settable_at_predict``) is not what was trained: predict keeps the config's."""
+    after = flatten(model.as_dict(), "model")
+    settable: tuple[str, ...] = ()
+    if subcommand == "predict":
+        with contextlib.suppress(ImportError, AttributeError, ValueError):
+            task = pkgutil.resolve_name(str(getattr(model, "class_path", "")))
+            settable = tuple(getattr(task, "settable_at_predict", ()))
+    for key in settable:
+        if f"model.{key}" in before:
+            model.init_args[key] = before[f"model.{key}"]
+    after = {k: v for k, v in after.items() if k.removeprefix("model.") not in settable}
+    conflicts = [k for k in sorted(before.keys() & after.keys()) if before[k] not in (None, after[k])]
+    if conflicts:
+        shown = ", ".join(f"{k}={after[k]!r} (config: {before[k]!r})" for k in conflicts[:4])
+        raise ConfigError(
+            f"ckpt_path={ckpt_path!r} was trained with {shown}: a checkpoint's model hyperparameters cannot change. "
+            "To continue that run, use its own config (make resume RUN=<run dir>); to train with other values, start "
+            "a new run."
+        )

@@ -7,8 +7,6 @@ resumed run continues in its own directory (``run_directory.py``); ``fit`` ends 
 checks before a run are ``checks.py``; the one-sentence errors ``parser.py``'s and ``faults.py``'s.
 """
 
-import importlib
-import logging
 import sys
 import time
 import warnings
@@ -22,15 +20,17 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_info
 
-from project.engine import faults
+from project.engine import faults, quiet
 from project.engine.checkpoints import load_checkpoint
 from project.engine.checks import (
+    check_agrees_with_checkpoint,
     check_fit,
     check_task_fits_data,
     kind_of,
     manual_optimization,
     say_what_the_config_leaves_out,
 )
+from project.engine.config_keys import flatten
 from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in
@@ -39,25 +39,11 @@ from project.engine.parser import Parser, refused_by_constructor, torch_optimize
 from project.engine.portable import learned_in, restoring
 from project.engine.provenance import Provenance
 from project.engine.run_directory import SaveConfig, continue_in_place
-from project.engine.runs import flatten
 from project.engine.task import Task
 from project.engine.tracking import TrackerRun, fill_in, require_extra
 
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Lightning resolves itself
-# Lightning 2.6 advertises its cloud services on every run ("💡 Tip: ... litlogger", "... litmodels"), and has no
-# switch for it (Lightning #21294): those two lines are dropped from the logger its rank_zero_info writes to.
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(lambda r: not r.getMessage().startswith("💡 Tip"))
-# Lightning 2.6 calls torch's deprecated isinstance(treespec, LeafSpec) at every run, fixed upstream (Lightning #21326):
-# a line on every command the user can do nothing about.
-warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
-# Lightning 2.6's CLI calls jsonargparse APIs deprecated in 4.49 (Lightning #21900, fixed by #21906, unreleased): four
-# lines and jsonargparse's note on them wherever Python's warnings are shown (PYTHONWARNINGS, -W, pytest).
-warnings.filterwarnings(
-    "ignore",
-    r"(?s).*(deprecated in v4\.49\.0|only one JsonargparseDeprecationWarning)",
-    DeprecationWarning,
-    r"lightning\.pytorch\.cli",
-)
+quiet.hide_upstream_lines()
 
 
 class CLI(LightningCLI):
@@ -117,22 +103,7 @@ class CLI(LightningCLI):
             self._learned = learned_in(checkpoint)
         before = flatten(self.config[subcommand].model.as_dict(), "model")
         super()._parse_ckpt_path()
-        after = flatten(self.config[subcommand].model.as_dict(), "model")
-        # How to predict (a language model's sampling settings) is not what was trained: predict keeps the config's.
-        settable = _settable_at_predict(self.config[subcommand].model) if subcommand == "predict" else ()
-        for key in settable:
-            if f"model.{key}" in before:
-                self.config[subcommand].model.init_args[key] = before[f"model.{key}"]
-        after = {k: v for k, v in after.items() if k.removeprefix("model.") not in settable}
-        # A key the config leaves null (such as the shapes linked from the data) takes the checkpoint's value.
-        conflicts = [k for k in sorted(before.keys() & after.keys()) if before[k] not in (None, after[k])]
-        if conflicts:
-            shown = ", ".join(f"{k}={after[k]!r} (config: {before[k]!r})" for k in conflicts[:4])
-            raise ConfigError(
-                f"ckpt_path={ckpt_path!r} was trained with {shown}: a checkpoint's model hyperparameters cannot "
-                "change. To continue that run, use its own config (make resume RUN=<run dir>); to train with "
-                "other values, start a new run."
-            )
+        check_agrees_with_checkpoint(self.config[subcommand].model, before, ckpt_path, subcommand)
         if subcommand == "fit" and continue_in_place(self.config.fit, Path(ckpt_path), checkpoint):
             self.save_config_kwargs["overwrite"] = True
 
@@ -261,16 +232,6 @@ class CLI(LightningCLI):
         if monitor:
             return {"metric": monitor, "mode": getattr(checkpoint, "mode", "min")}
         return {"metric": self.model.monitor, "mode": self.model.mode}
-
-
-def _settable_at_predict(model: Any) -> tuple[str, ...]:
-    """The task's constructor arguments that predict may change on a checkpoint (``Task.settable_at_predict``)."""
-    module, _, name = str(getattr(model, "class_path", "")).rpartition(".")
-    try:
-        task = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return ()
-    return tuple(getattr(task, "settable_at_predict", ()))
 
 
 def main(args: list[str] | None = None) -> None:

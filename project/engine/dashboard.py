@@ -11,7 +11,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from project.engine.runs import flatten
+from project.engine.config_keys import flatten
 
 # Trainer settings that change results, shown beside the model's and data's in TensorBoard's HPARAMS view.
 _TRAINER_HPARAMS = (

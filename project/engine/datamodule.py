@@ -1,21 +1,15 @@
 """The base of every DataModule: the split, the loaders (``loaders.py``, ``samplers.py``) and the normalisation
-(``normalization.py``). Yours subclasses it and declares what the data is, which everything downstream reads:
+(``normalization.py``). Yours subclasses it, declares what the data is in the class attributes below (everything
+downstream reads them), and reads it: ``load_dataset()`` (split here by ``split_seed``) or ``load_splits()``,
+``load_predict_inputs(path)`` (a file or folder decoded as training decodes its samples, with ``predict_columns``,
+``test_columns`` for the test split, carried into the prediction file so its rows join back to the inputs), and
+``show(sample, ax)`` to look at one.
 
-- ``target_kind`` and ``target_names``: ``"classes"`` (int64 class indices, a name per class) or ``"values"`` (a
-  float32 vector, a name per value, e.g. CSV columns); the net has one output per name. ``None``: data without
-  targets (a generative or self-supervised task's), whose samples are the inputs alone;
-- ``input_shape`` (e.g. (C, H, W), (features,), or (block_size,): the longest token sequence) and ``input_dtype``
-  (float32, or int64 token ids below ``len(vocabulary)``); optional ``input_names`` and ``vocabulary``. Several
-  inputs are named: a sample's inputs are a dict (name: tensor) and ``input_shape`` (and ``input_dtype``, where they
-  differ) a dict of the same names; each float input is standardised with statistics of its own;
-- a sample is ``(inputs, targets)``, or the inputs alone without targets (``batches.py``);
-- padding targets are ``metrics.IGNORE_INDEX``; ``collate_fn`` batches samples of different lengths;
-- ``load_dataset()`` (split here by ``split_seed``) or ``load_splits()``, and ``show(sample, ax)`` to look at one;
-- ``load_predict_inputs(path)``: a file or folder decoded as training decodes its samples, with ``predict_columns``
-  (``test_columns`` for the test split) carried into the prediction file so its rows join back to the inputs.
-
-Float inputs are standardised on the device (datasets stay in raw units; ``export`` builds it into the model). What
-reading new inputs needs is kept in the checkpoint (``portable.py``).
+A sample is ``(inputs, targets)``, or the inputs alone without targets (``batches.py``). Several inputs are named:
+a sample's inputs are a dict (name: tensor), ``input_shape`` (and ``input_dtype`` where they differ) a dict of the
+same names. Padding targets are ``metrics.IGNORE_INDEX``. Float inputs are standardised on the device, each input
+with statistics of its own (datasets stay in raw units; ``export`` builds it into the model); what reading new
+inputs needs is kept in the checkpoint (``portable.py``).
 """
 
 import math
@@ -30,21 +24,21 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset, default
 
 from project.engine.batches import check_sample, named
 from project.engine.errors import ConfigError
-from project.engine.loaders import build_loader, check_loader_settings, eval_loader, run_seed, world_of
-from project.engine.normalization import as_tensors, standardized, statistics_for
-from project.engine.portable import EXAMPLES, being_restored, restore_learned, state_of
+from project.engine.loaders import check_loader_settings, eval_loader, train_loader
+from project.engine.normalization import normalize, statistics_for
+from project.engine.portable import EXAMPLES, being_restored, load_state, restore_learned, state_of
 from project.engine.predict import check_inputs, read_predict_set
-from project.engine.samplers import ResumableDataLoader, ResumableSampler
+from project.engine.samplers import ResumableDataLoader
 
 
 class DataModule(L.LightningDataModule):
     """Samples with targets, split by a fixed seed, served to one or many processes in the seed and epoch's order."""
 
     target_kind: Literal["classes", "values"] | None = "classes"  # None: no targets, a sample is its inputs
-    target_names: list[str]
-    # One sample's shape, e.g. (C, H, W); for several named inputs a dict, name: shape (Any: either, without a cast).
+    target_names: list[str]  # a name per class, or per value (a table's target columns): one output of the net each
+    # One sample's shape: (C, H, W), (features,), (block_size,) for token ids; named inputs: a dict, name: shape.
     input_shape: Any
-    input_dtype: Any = torch.float32  # a torch.dtype, or for named inputs a dict, name: dtype, where they differ
+    input_dtype: Any = torch.float32  # float32, or int64 token ids below len(vocabulary); named inputs: a dict
     input_names: list[str] | None = None  # what each input value is, where it has a name (a table's columns)
     vocabulary: list[str] | None = None  # token inputs: what each id is
     collate_fn: Any = None  # how samples become a batch (None: torch's default, stacking same-shaped samples)
@@ -173,14 +167,7 @@ class DataModule(L.LightningDataModule):
     def check_predict_inputs(self, path: Path, values: Any) -> Any:
         """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and what fits; for
         several named inputs, a mapping of arrays with one per name."""
-        if (inputs := self.named_inputs) is None:
-            return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary)
-        given = sorted(getattr(values, "files", None) or values)
-        if given != sorted(inputs):
-            raise ConfigError(
-                f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: {sorted(inputs)}."
-            )
-        return {n: check_inputs(path, values[n], shape, dtype, self.vocabulary) for n, (shape, dtype) in inputs.items()}
+        return check_inputs(path, values, self.input_shape, self.input_dtype, self.vocabulary, self.named_inputs)
 
     def setup(self, stage: str | None = None) -> None:
         if stage == "predict" and self.hparams["predict_path"] and self.predict_set is None:
@@ -233,20 +220,7 @@ class DataModule(L.LightningDataModule):
         """Raw inputs (one tensor, several named ones, or a tuple of such) -> what the net sees (identity without
         ``normalize``); a named input without statistics (token ids, a mask) passes unchanged."""
         stats = self.normalization
-        if stats is None:
-            return inputs
-        if isinstance(inputs, list | tuple):
-            return type(inputs)(self.normalize(x) for x in inputs)
-        if isinstance(inputs, dict):
-            return {name: self._standardized(x, stats.get(name), name) for name, x in inputs.items()}
-        return self._standardized(inputs, stats, None)
-
-    def _standardized(self, x: Tensor, stats: dict[str, list[float]] | None, name: str | None) -> Tensor:
-        if stats is None:
-            return x
-        if name not in self._norm_tensors or self._norm_tensors[name][0].device != x.device:  # once per device
-            self._norm_tensors[name] = as_tensors(stats, x.ndim - 1, x.device)
-        return standardized(x, *self._norm_tensors[name])
+        return inputs if stats is None else normalize(inputs, stats, self._norm_tensors)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # (inputs, targets), or the inputs alone: data without targets, or the task's example_input_array for the
@@ -257,29 +231,16 @@ class DataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None, "call setup() first"
-        world_size, rank = world_of(self.trainer)
-        # drop_last: with several processes the uneven tail is dropped (another each epoch), never padded with repeats.
-        sampler = ResumableSampler(
-            self.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=run_seed(), drop_last=True
-        )
-        loader = build_loader(self, self.train_set, sampler, ResumableDataLoader, drop_last=self.hparams["drop_last"])
-        assert isinstance(loader, ResumableDataLoader)
-        if self._train_loader_state is not None:
-            loader.load_state_dict(self._train_loader_state)
-            self._train_loader_state = None
-        self._train_loader = loader
-        return loader
+        self._train_loader = train_loader(self, self._train_loader_state)  # a resumed run's position, once
+        self._train_loader_state = None
+        return self._train_loader
 
     # The checkpoint keeps the epoch's position, the statistics, what reading inputs needs, examples (portable.py).
     def state_dict(self) -> dict[str, Any]:
         return state_of(self, self._train_loader)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._train_loader_state = state.get("train_loader")
-        if state.get("normalization") is not None:
-            self._normalization, self._norm_tensors = state["normalization"], {}
-        if state.get("examples") is not None:
-            self._examples = state["examples"], state.get("example_targets")
+        load_state(self, state)
 
     def examples(self) -> tuple[Any, Tensor | None]:
         """The first ``EXAMPLES`` test inputs, raw, with their targets (None without; a restored checkpoint's)."""

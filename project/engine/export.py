@@ -76,8 +76,8 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
         raise ConfigError(
             f"export needs the optional 'export' dependencies ({err.name} is missing): pip install -e '.[export]'"
         ) from None
+    from project.engine.checkpoints import load_run
     from project.engine.datamodule import DataModule
-    from project.engine.runs import load_run
 
     checkpoint = Path(checkpoint)
     model, data = load_run(checkpoint, read_data=False)

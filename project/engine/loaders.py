@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from project.engine.errors import ConfigError
-from project.engine.samplers import UnpaddedDistributedSampler
+from project.engine.samplers import ResumableDataLoader, ResumableSampler, UnpaddedDistributedSampler
 
 
 def check_loader_settings(
@@ -74,6 +74,22 @@ def build_loader(
         collate_fn=datamodule.collate_fn,
         **kwargs,
     )
+
+
+def train_loader(datamodule: Any, state: dict[str, int] | None) -> ResumableDataLoader:
+    """The training split's loader: this process's share, in the run seed's and the epoch's order, from ``state``'s
+    position (a resumed run's) when given."""
+    world_size, rank = world_of(datamodule.trainer)
+    # drop_last: with several processes the uneven tail is dropped (another each epoch), never padded with repeats.
+    sampler = ResumableSampler(
+        datamodule.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=run_seed(), drop_last=True
+    )
+    drop_last = datamodule.hparams["drop_last"]
+    loader = build_loader(datamodule, datamodule.train_set, sampler, ResumableDataLoader, drop_last=drop_last)
+    assert isinstance(loader, ResumableDataLoader)
+    if state is not None:
+        loader.load_state_dict(state)
+    return loader
 
 
 def eval_loader(datamodule: Any, dataset: Dataset | None) -> DataLoader:

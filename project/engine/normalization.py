@@ -81,13 +81,23 @@ def statistics_for(datamodule: Any) -> dict[str, Any]:
     return stats if named else stats[None]
 
 
-def as_tensors(stats: dict[str, list[float]], ndim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, std) in float64 on ``device``, shaped to broadcast over a batch of samples of ``ndim`` dimensions."""
-    view = (-1,) + (1,) * (ndim - 1)
-    mean, std = (torch.tensor(stats[k], dtype=torch.float64, device=device).view(view) for k in ("mean", "std"))
-    return mean, std
+def normalize(inputs: Any, stats: Any, cache: dict[str | None, tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """Raw inputs (one tensor, several named ones, or a tuple of such) standardised with ``stats`` (one input's, or
+    name: that), in their own dtype; a named input without statistics (token ids, a mask) passes unchanged.
+    ``cache`` keeps the statistics as tensors on the inputs' device, built once per device."""
+    if isinstance(inputs, list | tuple):
+        return type(inputs)(normalize(x, stats, cache) for x in inputs)
+    if isinstance(inputs, dict):
+        return {name: _standardized(x, stats.get(name), name, cache) for name, x in inputs.items()}
+    return _standardized(inputs, stats, None, cache)
 
 
-def standardized(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """``x`` standardised in its own dtype (the statistics are float64)."""
-    return (x - mean.to(x.dtype)) / std.to(x.dtype)
+def _standardized(x: torch.Tensor, stats: dict[str, list[float]] | None, name: str | None, cache: dict) -> torch.Tensor:
+    if stats is None:
+        return x
+    if name not in cache or cache[name][0].device != x.device:
+        view = (-1,) + (1,) * (x.ndim - 2)  # broadcast over a batch of samples, per channel (dimension 1)
+        mean, std = (torch.tensor(stats[k], dtype=torch.float64, device=x.device).view(view) for k in ("mean", "std"))
+        cache[name] = mean, std
+    mean, std = cache[name]
+    return (x - mean.to(x.dtype)) / std.to(x.dtype)  # the statistics are float64

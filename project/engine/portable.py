@@ -57,6 +57,15 @@ def state_of(datamodule: Any, train_loader: Any) -> dict[str, Any]:
     return state
 
 
+def load_state(datamodule: Any, state: dict[str, Any]) -> None:
+    """``state_of``'s state back: the loader's position (taken by the next train loader), statistics, examples."""
+    datamodule._train_loader_state = state.get("train_loader")
+    if state.get("normalization") is not None:
+        datamodule._normalization, datamodule._norm_tensors = state["normalization"], {}
+    if state.get("examples") is not None:
+        datamodule._examples = state["examples"], state.get("example_targets")
+
+
 def restore_learned(datamodule: Any, learned: dict[str, Any] | None) -> bool:
     """Sets ``datamodule``'s learned attributes from ``learned`` (a checkpoint's); False, changing nothing, without."""
     for name, value in (learned or {}).items():

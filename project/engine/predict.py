@@ -59,10 +59,23 @@ class CSVPredictionWriter(BasePredictionWriter):
 
 
 def check_inputs(
-    path: Path, values: Any, input_shape: tuple[int, ...], input_dtype: torch.dtype, vocabulary: list[str] | None
-) -> Tensor:
+    path: Path,
+    values: Any,
+    input_shape: tuple[int, ...],
+    input_dtype: torch.dtype,
+    vocabulary: list[str] | None,
+    named: dict[str, tuple[tuple[int, ...], torch.dtype]] | None = None,
+) -> Any:
     """``values`` as ``input_dtype`` (N, *input_shape), or a ``ConfigError`` naming ``path`` and the shape (and, for
-    token ids, the range) expected."""
+    token ids, the range) expected; for several ``named`` inputs (name: (shape, dtype)), a mapping with an array
+    per name, each checked so."""
+    if named is not None:
+        given = sorted(getattr(values, "files", None) or values)
+        if given != sorted(named):
+            raise ConfigError(
+                f"data.predict_path={str(path)!r} holds the arrays {given}; expected one per input: {sorted(named)}."
+            )
+        return {n: check_inputs(path, values[n], shape, dtype, vocabulary) for n, (shape, dtype) in named.items()}
     values = np.asarray(values)
     flat = math.prod(input_shape)
     if values.ndim < 2 or len(values) == 0 or (values.shape[1:] != input_shape and values.shape[1:] != (flat,)):

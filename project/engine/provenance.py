@@ -29,9 +29,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
+from project.engine.config_keys import flatten
 from project.engine.git_snapshot import git_state
 from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
-from project.engine.runs import flatten
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
 

@@ -1,5 +1,6 @@
 """The run directory: ``config.yaml`` written when ``fit`` starts (and the directory removed again when the run is
-refused before its first checkpoint), and a resumed run continued in its own directory."""
+refused before its first checkpoint), a resumed run continued in its own directory, and reading a run back: the
+newest run (``latest_run``) and its curves (``read_scalars``)."""
 
 import contextlib
 import json
@@ -111,3 +112,20 @@ def _refuse_an_ended_run(trainer: Any, run_dir: Path) -> None:
             f"{run_dir} {status}: resumed, its early stopping would stop it again. To train on from its weights, "
             f"start a new run: ARGS=--model.init_from={run_dir}."
         )
+
+
+def latest_run(logs_dir: str | Path = "logs") -> Path | None:
+    """The run directory (``<logs>/<name>/version_<N>``) whose ``checkpoints/last.ckpt`` is newest, as
+    `make resume` picks it; None when there is none."""
+    checkpoints = sorted(Path(logs_dir).glob("*/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    return checkpoints[-1].parent.parent if checkpoints else None
+
+
+def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of a run, ``{tag: [(step, value), ...]}``, read with TensorBoard's own reader (which
+    also applies the purge of steps re-run after a resume)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}

@@ -1,93 +1,19 @@
-"""Finding runs under logs/, reading their curves back (notebooks, tests), and ``make runs``: the table of every
-run (``python -m project.engine.runs [--logs logs] [--name digits]``), read from each run's provenance.json and
-config.yaml only, so it answers in well under a second (no torch, no Lightning, no event files)."""
+"""``make runs``: the table of every run (``python -m project.engine.runs [--logs logs] [--name digits]``), read
+from each run's provenance.json and config.yaml only, so it answers in well under a second (no torch, no Lightning,
+no event files)."""
 
 import argparse
 import datetime
-import importlib
 import json
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
-
-def latest_run(logs_dir: str | Path = "logs") -> Path | None:
-    """The run directory (``<logs>/<name>/version_<N>``) whose ``checkpoints/last.ckpt`` is newest, as
-    `make resume` picks it; None when there is none."""
-    checkpoints = sorted(Path(logs_dir).glob("*/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    return checkpoints[-1].parent.parent if checkpoints else None
-
-
-def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series of a run, ``{tag: [(step, value), ...]}``, read with TensorBoard's own reader (which
-    also applies the purge of steps re-run after a resume)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
-
-
-def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
-    """(task in eval mode on the CPU, DataModule with the run's settings and normalisation) from a checkpoint
-    written by ``fit``, whatever task and DataModule it trained. With ``read_data=False`` the DataModule is rebuilt
-    from what the checkpoint keeps (its learned attributes and examples) and reads none of the training data, which
-    need not be on this machine. Read with ``weights_only=True``; a ``ConfigError`` in one sentence if the file is
-    missing, truncated, unsafe, or not from this project's CLI."""
-    from project.engine.checkpoints import load_checkpoint
-    from project.engine.datamodule import DataModule
-    from project.engine.errors import ConfigError, config_error_in
-    from project.engine.portable import learned_in, restoring
-    from project.engine.task import Task
-
-    saved = load_checkpoint(checkpoint)
-    classes = []
-    for key, base, config_key in (
-        ("hyper_parameters", Task, "model"),
-        ("datamodule_hyper_parameters", DataModule, "data"),
-    ):
-        class_path = (saved.get(key) or {}).get("_class_path")
-        if not class_path:
-            raise ConfigError(
-                f"{str(checkpoint)!r} records no {config_key}.class_path: was it written by `python -m project fit` "
-                "(of this version: runs trained before tasks were chosen by model.class_path load with that code)?"
-            )
-        # The class the run's own config named (installed code, not code from the checkpoint). Loaded through the
-        # concrete class: the base class's load_from_checkpoint would drop ``_class_path`` with the arguments it
-        # does not know, and build the base.
-        module, _, name = class_path.rpartition(".")
-        found = getattr(importlib.import_module(module), name)
-        if not issubclass(found, base):
-            raise ConfigError(f"{config_key}.class_path={class_path!r} is not a {base.__module__}.{base.__name__}.")
-        classes.append(found)
-    task_class, data_class = classes
-    try:
-        with restoring(None if read_data else learned_in(saved)):
-            data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
-    except ValueError as err:  # e.g. the data moved since training: data.root='...': no such folder
-        raise (config_error_in(err) or err) from None
-    model = task_class.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
-    return model, data
-
+from project.engine.config_keys import flatten
 
 # Config keys that differ between runs but say nothing about the experiment.
 _NOT_HYPERPARAMETERS = ("trainer.logger", "trainer.callbacks", "ckpt_path", "trainer.default_root_dir")
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"<prefix>.a.b": 1} (tuples as lists). The ``init_args`` of the task and the DataModule
-    are left out of the keys, as the command line spells them: ``model.lr``, ``data.batch_size``."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if name in ("model.init_args", "data.init_args"):
-            name = prefix
-        if isinstance(value, dict):
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = list(value) if isinstance(value, tuple) else value
-    return flat
 
 
 def columns(rows: list[list[str]]) -> str:

@@ -1,22 +1,11 @@
 """The base of every task: what the problem is, around any ``net``; its hooks call the engine's files by name.
 
-A task (``project/tasks/``) subclasses ``Task`` and declares:
-
-- ``monitor`` and ``mode``: the metric it is judged by and its direction (``"val/acc"``, ``"max"``), which the best
-  checkpoint, early stopping, ``make runs`` and ``make sweep`` read unless the config names another;
-- ``target_kind``: the targets it learns from, as the DataModule declares them (``"classes"`` or ``"values"``; None:
-  none, as a generative or self-supervised task), and ``split_batch``, how a batch splits into what the net takes and
-  what the loss compares, if not (inputs, targets) (``batches.py``: one tensor or several named inputs);
-- ``cannot_promise``: the guarantees of the contract suite its loss cannot hold, each with why (in-batch negatives:
-  a micro-batch's loss is no share of the big batch's, so neither accumulation nor DDP equals the big batch);
-- ``counted``: what its loss averages over: ``"samples"``, or ``"tokens"`` (a loss per position, where a target of
-  ``IGNORE_INDEX`` counts for nothing), weighted by token over the whole optimizer step;
-- ``class_dim``: where a class-scored output keeps its classes (1: (batch, classes, ...); -1: (batch, ..., classes));
-- ``loss(outputs, targets)``: unreduced, per sample or per token; ``configure_metrics()``: a ``MetricCollection``
-  logged as ``val/<name>`` and ``test/<name>`` once per epoch (``update_metrics`` feeds it);
-- what a prediction is (``prediction``, ``prediction_table``, ``write_prediction_files``), what follows the net in
-  the exported model (``output_head``, ``output_description``), and ``settable_at_predict``: the arguments that say
-  how to predict (a language model's ``temperature``), which ``predict`` may change on a checkpoint.
+A task (``project/tasks/``) subclasses ``Task``, declares what it is in the class attributes below, and says what
+its loss is (``loss(outputs, targets)``: unreduced, per sample or per token), what it measures
+(``configure_metrics()``: a ``MetricCollection`` logged as ``val/<name>`` and ``test/<name>`` once per epoch, fed by
+``update_metrics``), how a batch splits (``split_batch``: one tensor or several named inputs, ``batches.py``), what a
+prediction is (``prediction``, ``prediction_table``, ``write_prediction_files``) and what follows the net in the
+exported model (``output_head``, ``output_description``).
 """
 
 import os
@@ -29,9 +18,8 @@ from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 
-from project.engine import accumulation, batches, checkpoints, finetuning, monitored, rng, sharding
+from project.engine import accumulation, batches, checkpoints, finetuning, monitored, parts, rng, sharding
 from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
 from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
 from project.engine.monitor import is_logging_step
@@ -54,13 +42,20 @@ PROMISES = ("accumulation_equals_the_big_batch", "two_processes_equal_one", "lea
 class Task(L.LightningModule):
     """A problem around any ``net``: the module docstring lists what a subclass declares; steps may be overridden."""
 
+    # The metric it is judged by and its direction: the best checkpoint, early stopping, make runs and make sweep read
+    # them unless the config names another.
     monitor: str = "val/loss"
     mode: Literal["min", "max"] = "min"
+    # The targets it learns from, as the DataModule declares them; None: none (a generative or self-supervised task).
     target_kind: Literal["classes", "values"] | None = "classes"
+    # What its loss averages over: samples, or tokens (a loss per position; a target of IGNORE_INDEX counts for
+    # nothing), weighted by token over the whole optimizer step.
     counted: Literal["samples", "tokens"] = "samples"
-    class_dim: int = 1
-    settable_at_predict: tuple[str, ...] = ()
-    cannot_promise: dict[str, str] = {}  # noqa: RUF012  (a class's declaration: promise -> why, among PROMISES)
+    class_dim: int = 1  # where a class-scored output keeps its classes: 1 (batch, classes, ...), -1 (..., classes)
+    settable_at_predict: tuple[str, ...] = ()  # arguments on how to predict (a temperature) predict may change
+    # The contract suite's guarantees (PROMISES) its loss cannot hold, each with why (in-batch negatives: a
+    # micro-batch's loss is no share of the big batch's, so neither accumulation nor DDP equals the big batch).
+    cannot_promise: dict[str, str] = {}  # noqa: RUF012  (a class's declaration)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -295,63 +290,14 @@ class Task(L.LightningModule):
         parts' gradients kept off), clipped as the config's ``trainer.gradient_clip_val`` says, then that part's
         optimizer and schedule step. Each step counts toward the run's steps (``max_steps``, the schedules' length,
         logging, ``val_check_interval``) only for the first part named in ``optimizers``: one step per batch."""
-        parts = list(self.optimizers_of_parts or {})
-        if part not in parts:
-            raise ConfigError(
-                f"{type(self).__name__}.manual_step({part!r}): model.optimizers names {parts}; give each "
-                "part of the net stepped here an optimizer there."
-            )
-        index = parts.index(part)
-        optimizer = _listed(self.optimizers())[index]
-        self.toggle_optimizer(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        value, algorithm = self.gradient_clipping
-        if value:
-            self.clip_gradients(optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
-        if index > 0:
-            # Private: Lightning counts every optimizer's step in global_step (Lightning #17958, open; PR #19589), so
-            # two optimizers would halve max_steps and the schedules. Only the first part's steps count; the loop
-            # sets these two hooks again at every batch.
-            optimizer._on_before_step = optimizer._on_after_step = _nothing
-        optimizer.step()
-        _listed(self.lr_schedulers())[index].step()
-        self.untoggle_optimizer(optimizer)
+        parts.step(self, part, loss)
 
     def configure_optimizers(self) -> Any:
         if self.optimizers_of_parts:
-            return self._optimizers_of_parts()
+            return parts.configure(self, self.optimizers_of_parts)
         # The config's recipe; a fine-tuned backbone has groups of its own all run long (frozen: no gradients).
         backbone, scale = finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"]
         optimizer = build_optimizer(self.optimizer, optimizer_groups(self, self.param_groups, backbone, scale))
         total, warmup = planned_run(self.trainer, self.hparams["warmup"])
         scheduler = self.schedule(optimizer, total, warmup)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
-
-    def _optimizers_of_parts(self) -> list[dict[str, Any]]:
-        """An optimizer and a schedule per part of the net ``optimizers`` names, stepped by ``manual_step``."""
-        if self.automatic_optimization:
-            raise ConfigError(
-                f"model.optimizers names {list(self.optimizers_of_parts or {})}: several optimizers are stepped by "
-                f"the task itself, and {type(self).__name__} leaves automatic_optimization on; set "
-                "self.automatic_optimization = False in its __init__ and step each with self.manual_step(part, loss)."
-            )
-        total, warmup = planned_run(self.trainer, self.hparams["warmup"])
-        steps = []
-        for part, make in (self.optimizers_of_parts or {}).items():
-            module = getattr(self.net, part, None)
-            if not isinstance(module, nn.Module):
-                parts = [name for name, _ in self.net.named_children()]
-                raise ConfigError(f"model.optimizers names {part!r}, which is no part of the net; its parts: {parts}.")
-            optimizer = build_optimizer(make, optimizer_groups(module, self.param_groups))
-            scheduler = {"scheduler": self.schedule(optimizer, total, warmup), "interval": "step", "name": f"lr-{part}"}
-            steps.append({"optimizer": optimizer, "lr_scheduler": scheduler})
-        return steps
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def _nothing() -> None:
-    pass

@@ -27,6 +27,22 @@ HOST = socket.gethostname()
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # what a trial did is printed by the worker, in one line
 
 
+def say_worker_gone(number: int) -> None:
+    print(
+        f"trial {number}: its worker is gone (a lost machine or a killed process): failed, its values queued again.",
+        flush=True,
+    )
+
+
+class RetryStaleTrial(RetryHeartbeatStaleTrialCallback):
+    """Optuna's retry of a trial whose heartbeat stopped, saying so, in the worker that found it: its own check
+    before counting the trials (``fail_stale``), or Optuna's before each trial it runs."""
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        say_worker_gone(trial.number)
+        super().__call__(study, trial)
+
+
 def storage(spec: Namespace, sweep_dir: Path) -> BaseStorage:
     """The sweep file's ``storage`` URL with its heartbeat, or the journal file in ``sweep_dir`` (created).
     ``ConfigError``, the password hidden, if the database cannot be reached."""
@@ -51,7 +67,7 @@ def storage(spec: Namespace, sweep_dir: Path) -> BaseStorage:
                     spec.storage,
                     heartbeat_interval=spec.heartbeat_interval,
                     grace_period=spec.grace_period,
-                    heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=spec.max_retry),
+                    heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=spec.max_retry),
                 )
         except (ImportError, sqlalchemy.exc.NoSuchModuleError) as err:
             missing = getattr(err.__cause__ or err, "name", None) or str(err).strip().splitlines()[0]
@@ -103,25 +119,23 @@ def lock(study: optuna.Study, store: BaseStorage, sweep_dir: Path) -> Iterator[N
         yield
 
 
-def fail_stale(study: optuna.Study, store: BaseStorage, max_retry: int) -> list[int]:
-    """Fail the trials whose worker is gone and queue their values again; their numbers. With a database: the
-    heartbeat's verdict. With the journal: a trial signed by a process of this machine that no longer runs, or
-    not signed at all (its worker died before it could sign, which it does under ``lock``). Call under ``lock``."""
+def fail_stale(study: optuna.Study, store: BaseStorage, max_retry: int) -> None:
+    """Fail the trials whose worker is gone and queue their values again, saying so. With a database: the
+    heartbeat's verdict (``RetryStaleTrial``). With the journal: a trial signed by a process of this machine that no
+    longer runs, or not signed at all (its worker died before it could sign, which it does under ``lock``). Call
+    under ``lock``."""
     if isinstance(store, optuna.storages.RDBStorage):
-        before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
-        return sorted(before - {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))})
-    failed = []
+        return
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         host, pid = trial.user_attrs.get("host"), trial.user_attrs.get("pid")
         if pid is None or (host == HOST and not process_alive(pid)):
             store.set_trial_user_attr(trial_id(study, store, trial.number), "error", f"its worker (pid {pid}) died")
             study.tell(trial.number, state=TrialState.FAIL)
+            say_worker_gone(trial.number)
             retry(study, store, trial.number, max_retry)
-            failed.append(trial.number)
-    return failed
 
 
 def retry(study: optuna.Study, store: BaseStorage, number: int, max_retry: int | None = None) -> None:

@@ -74,12 +74,7 @@ class Worker:
         waiting = False
         while True:
             self.held.enter_context(lock(self.study, self.store, self.sweep_dir))
-            for number in fail_stale(self.study, self.store, self.spec.max_retry):
-                print(
-                    f"trial {number}: its worker is gone (a lost machine or a killed process): failed, its values "
-                    "queued again.",
-                    flush=True,
-                )
+            fail_stale(self.study, self.store, self.spec.max_retry)
             trials = self.study.get_trials(deepcopy=False)
             finished, running = (sum(t.state in states for t in trials) for states in (FINISHED, (TrialState.RUNNING,)))
             if finished + running < self.spec.trials:
