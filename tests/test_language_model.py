@@ -211,3 +211,21 @@ def test_the_language_models_sweep_minimises_val_loss(monkeypatch: pytest.Monkey
     spec = load("configs/sweeps/language_model.yaml")
     check_against_cli(spec)  # every searched key at both ends of its range, as the CLI parses it
     assert (spec.metric, spec.direction) == ("val/loss", "minimize")  # the task's monitor, unless told otherwise
+
+
+@pytest.mark.guarantee(
+    "a language model's validation and test read a bounded sample of their text (data.eval_samples blocks, evenly "
+    "spaced, 4096 by default), however large the corpus; null reads every block"
+)
+def test_a_larger_corpus_evaluates_no_more_blocks(tmp_path: Path) -> None:
+    from project.data.text import TextDataModule
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(bytes(range(32, 127)) * 3000)  # 285,000 bytes: 5% is 14,250 bytes, 890 blocks of 16
+    sizes = {}
+    for limit in (100, None):
+        dm = TextDataModule(str(corpus), block_size=16, cache_dir=str(tmp_path / "cache"), eval_samples=limit)
+        dm.setup("fit")
+        sizes[limit] = (len(dm.val_set), len(dm.val_dataloader().dataset), len(dm.test_dataloader().dataset))
+    assert sizes == {100: (890, 100, 100), None: (890, 890, 890)}
+    assert TextDataModule.__init__.__kwdefaults__["eval_samples"] == 4096

@@ -459,3 +459,21 @@ def test_weight_decay_applies_to_weight_matrices_and_kernels_only(tmp_path: Path
     assert decayed == {n for n, k in kinds.items() if n.endswith(".weight") and k in (torch.nn.Conv2d, torch.nn.Linear)}
     assert not_decayed == set(names.values()) - decayed
     assert any(k is torch.nn.BatchNorm2d for n, k in kinds.items() if n in not_decayed)
+
+
+@pytest.mark.guarantee(
+    "data.eval_samples: a validation and the test read that many samples of their split, evenly spaced, the same "
+    "every time; the loss over them is exact and its standard error is logged beside it"
+)
+def test_evaluation_reads_eval_samples_evenly_spaced_and_logs_the_loss_standard_error(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--data.eval_samples=50")
+    dm, task = cli.datamodule, cli.model.eval()
+    assert len(dm.val_set) == 270 and len(dm.val_dataloader().dataset) == 50
+    images, labels = dm.split_tensors("val")
+    picked = [i * 270 // 50 for i in range(50)]  # evenly spaced over the split: the closed form
+    with torch.no_grad():
+        losses = F.cross_entropy(task(dm.normalize(images[picked])), labels[picked], reduction="none")
+    logged = scalars(cli.trainer.log_dir)  # the one validation, of these weights (best.ckpt's, which the test loaded)
+    # float32 sums of 50 terms (~1e-6 relative); the error's sums of squares cancel in part: 1e-4.
+    assert logged["val/loss"][-1][1] == pytest.approx(losses.mean().item(), rel=1e-5)
+    assert logged["val/loss_se"][-1][1] == pytest.approx((losses.std() / math.sqrt(50)).item(), rel=1e-4)

@@ -111,7 +111,7 @@ def test_the_hparams_view_holds_the_config_and_the_final_scores(tmp_path: Path) 
     assert values["model.optimizer.init_args.lr"] == pytest.approx(0.002)
     assert values["model.net.class_path"] == "toy.ConvNet"
     assert values["data.batch_size"] == 64 and values["trainer.precision"] == "32-true"
-    assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss"}
+    assert metrics == {"hp/val_acc", "hp/test_acc", "hp/test_loss", "hp/test_loss_se"}
 
 
 @pytest.mark.guarantee(

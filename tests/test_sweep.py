@@ -559,9 +559,7 @@ def test_a_database_that_cannot_be_used_is_one_sentence(
     "a trial failed for a stopped heartbeat is said so by the worker that found it, whichever check found it (its "
     "own before counting, or Optuna's before each trial), and its values are queued again"
 )
-def test_a_stale_trial_found_by_optunas_own_check_is_said_and_queued_again(
-    tmp_path: Path, capsys, monkeypatch
-) -> None:
+def test_a_stale_trial_found_by_optunas_own_check_is_said_and_queued_again(tmp_path: Path, capsys, monkeypatch) -> None:
     from project.engine.sweep import spec as sweep_spec
     from project.engine.sweep.study import open_study
 

@@ -116,6 +116,12 @@ def test_the_evaluation_loss_is_the_token_weighted_mean_over_the_split(tmp_path:
     # The metric's state is float32 (6e-8 relative per addition, ~75 tokens): 1e-6. Padding counted as tokens
     # (torchmetrics #3434) gives 75 / 100 of it.
     assert cli.trainer.callback_metrics["test/loss"].item() == pytest.approx(expected, rel=1e-6)
+    # Its standard error, the sample (sequence) as the unit: a ratio estimate's, from each sequence's summed loss s
+    # and its token count w. Its float32 sums of squares cancel in part (~1e-5 relative here): 1e-4.
+    s, w = (losses * (y != IGNORE_INDEX)).sum(1), (y != IGNORE_INDEX).sum(1).double()
+    n, mean = len(s), s.sum() / w.sum()
+    se = ((n / (n - 1)) * ((s - mean * w) ** 2).sum()).sqrt() / w.sum()
+    assert cli.trainer.callback_metrics["test/loss_se"].item() == pytest.approx(se.item(), rel=1e-4)
 
 
 @pytest.mark.guarantee("tokens per second count no padding; FLOPs per batch are 3 x the forward's")

@@ -11,9 +11,10 @@ from conftest import DEBUG, DIGITS, accuracy, fit, scalars
 from toy import Classifier
 
 EXPECTED_TAGS = {
-    "train/loss", "val/loss", "val/acc", "test/loss", "test/acc", "lr-AdamW/decay", "lr-AdamW/no_decay",
+    "train/loss", "val/loss", "val/loss_se", "val/acc", "test/loss", "test/loss_se", "test/acc", "lr-AdamW/decay",
+    "lr-AdamW/no_decay",
     "train/grad_norm", "train/samples_per_sec", "train/batches_per_sec", "train/samples_per_sec_global",
-    "train/data_wait", "train/peak_rss_mb", "hp/val_acc", "hp/test_acc", "hp/test_loss",
+    "train/data_wait", "train/peak_rss_mb", "hp/val_acc", "hp/test_acc", "hp/test_loss", "hp/test_loss_se",
 }  # fmt: skip
 
 

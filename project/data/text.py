@@ -99,6 +99,7 @@ class TextDataModule(DataModule):
         *,
         val_fraction: float = 0.05,
         test_fraction: float = 0.05,
+        eval_samples: int | None = 4096,
         normalize: bool = False,
         **engine: Any,
     ) -> None:
@@ -115,10 +116,18 @@ class TextDataModule(DataModule):
             vocab_size: the BPE's ids, the 256 bytes and ``<|endoftext|>`` included (``bpe`` only).
             val_fraction: the share of the token stream after the training text that is validation text.
             test_fraction: the share at the end of the stream that is test text.
+            eval_samples: the blocks a validation and the test read, evenly spaced over their text, the same every
+                time: a corpus's splits grow with it, this does not (None: every block).
             normalize: must stay false (token ids are not standardised).
             **engine: the loader and split settings of ``DataModule`` (batch_size, num_workers, ...).
         """
-        super().__init__(val_fraction=val_fraction, test_fraction=test_fraction, normalize=normalize, **engine)
+        super().__init__(
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            eval_samples=eval_samples,
+            normalize=normalize,
+            **engine,
+        )
         if block_size < 1:
             raise ConfigError(f"data.block_size={block_size!r}: a block must hold at least one token.")
         if tokenizer not in ("bytes", "bpe"):  # jsonargparse checks the CLI's; this checks Python's callers

@@ -60,6 +60,7 @@ class DataModule(L.LightningDataModule):
         val_fraction: float = 0.15,
         test_fraction: float = 0.15,
         split_seed: int = 1234,
+        eval_samples: int | None = None,
         normalize: bool | Literal["train"] = True,
         predict_path: str | None = None,
     ) -> None:
@@ -74,12 +75,14 @@ class DataModule(L.LightningDataModule):
             val_fraction: fraction of all samples held out for validation.
             test_fraction: fraction of all samples held out for the final test.
             split_seed: the split's seed, apart from the run's, so runs of other seeds share one test set.
+            eval_samples: at most this many samples of the validation and the test split are evaluated, evenly spaced
+                over each, the same ones every time (the loss's standard error is logged beside it); None: all.
             normalize: standardise inputs per channel (or feature) with the statistics the net expects (a pretrained
                 backbone's ``input_statistics``), else the training split's; ``train``: the training split's; false.
             predict_path: what ``predict`` runs on (a file or folder for ``load_predict_inputs``); None: the test split.
         """
         super().__init__()
-        check_loader_settings(batch_size, num_workers, prefetch_factor, val_fraction, test_fraction)
+        check_loader_settings(batch_size, num_workers, prefetch_factor, val_fraction, test_fraction, eval_samples)
         self.save_hyperparameters()  # the subclass's own arguments too (Lightning walks the __init__ frames)
         self._train_loader: ResumableDataLoader | None = None
         self._train_loader_state: dict[str, int] | None = None
@@ -249,10 +252,10 @@ class DataModule(L.LightningDataModule):
         return self._examples
 
     def val_dataloader(self) -> DataLoader:
-        return eval_loader(self, self.val_set)
+        return eval_loader(self, self.val_set, self.hparams["eval_samples"])
 
     def test_dataloader(self) -> DataLoader:
-        return eval_loader(self, self.test_set)
+        return eval_loader(self, self.test_set, self.hparams["eval_samples"])
 
     def predict_dataloader(self) -> DataLoader:
         return eval_loader(self, self.predict_set if self.predict_set is not None else self.test_set)

@@ -5,14 +5,19 @@ import os
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from project.engine.errors import ConfigError
 from project.engine.samplers import ResumableDataLoader, ResumableSampler, UnpaddedDistributedSampler
 
 
 def check_loader_settings(
-    batch_size: int, num_workers: int | None, prefetch_factor: int, val_fraction: float, test_fraction: float
+    batch_size: int,
+    num_workers: int | None,
+    prefetch_factor: int,
+    val_fraction: float,
+    test_fraction: float,
+    eval_samples: int | None,
 ) -> None:
     if batch_size < 1:
         raise ConfigError(f"data.batch_size={batch_size!r}: the batch size must be >= 1.")
@@ -20,6 +25,8 @@ def check_loader_settings(
         raise ConfigError(f"data.num_workers={num_workers!r}: the worker count must be >= 0.")
     if prefetch_factor < 1:
         raise ConfigError(f"data.prefetch_factor={prefetch_factor!r}: must be >= 1.")
+    if eval_samples is not None and eval_samples < 1:
+        raise ConfigError(f"data.eval_samples={eval_samples!r}: evaluate at least 1 sample, or null for every one.")
     for key, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
         if not 0.0 < value < 1.0:
             raise ConfigError(f"data.{key}={value!r}: a fraction must lie strictly between 0 and 1.")
@@ -92,9 +99,21 @@ def train_loader(datamodule: Any, state: dict[str, int] | None) -> ResumableData
     return loader
 
 
-def eval_loader(datamodule: Any, dataset: Dataset | None) -> DataLoader:
-    """Every sample of ``dataset`` exactly once, shared out over the processes unpadded."""
+def evaluated(dataset: Dataset, limit: int | None) -> Dataset:
+    """What an evaluation reads of a split: all of it, or ``limit`` samples evenly spaced over it, the same ones every
+    time (whatever the batch size, the process count or the run), so that curves stay comparable, a resumed run
+    evaluates what the uninterrupted one did, and a corpus ten times larger costs no more per validation."""
+    count = len(dataset)  # type: ignore[arg-type]
+    if limit is None or limit >= count:
+        return dataset
+    return Subset(dataset, [i * count // limit for i in range(limit)])
+
+
+def eval_loader(datamodule: Any, dataset: Dataset | None, limit: int | None = None) -> DataLoader:
+    """Every sample of ``dataset`` (or of the ``limit`` ``evaluated`` reads) exactly once, shared out over the
+    processes unpadded."""
     assert dataset is not None, "call setup() first"
+    dataset = evaluated(dataset, limit)
     world_size, rank = world_of(datamodule.trainer)
     if len(dataset) < world_size:  # type: ignore[arg-type]
         raise ConfigError(f"An evaluation split of {len(dataset)} samples cannot feed {world_size} processes.")  # type: ignore[arg-type]

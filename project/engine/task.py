@@ -21,7 +21,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from project.engine import accumulation, batches, checkpoints, finetuning, monitored, parts, rng, sharding
 from project.engine.datamodule import DataModule
 from project.engine.metrics import IGNORE_INDEX as IGNORE_INDEX  # a task's padding target, importable from here
-from project.engine.metrics import WeightedMean, summed_over_tokens, update_mean_loss
+from project.engine.metrics import EvaluatedLoss, summed_over_tokens, update_mean_loss
 from project.engine.monitor import is_logging_step
 from project.engine.optimization import (
     OptimizerCallable,
@@ -118,7 +118,7 @@ class Task(L.LightningModule):
         self.target_names = list(target_names or [])
         # No NaN check (a host sync per update): a NaN loss shows in the curve anyway, and EarlyStopping stops on it.
         self.train_loss = MeanMetric(nan_strategy="disable")
-        self.val_loss, self.test_loss = WeightedMean(), WeightedMean()
+        self.val_loss, self.test_loss = EvaluatedLoss(), EvaluatedLoss()
         metrics = self.configure_metrics()
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
@@ -243,7 +243,7 @@ class Task(L.LightningModule):
             loss = loss * correction
         super().backward(loss, *args, **kwargs)
 
-    def _evaluate(self, batch: Batch, loss_metric: MeanMetric, metrics: MetricCollection) -> dict[str, Tensor]:
+    def _evaluate(self, batch: Batch, loss_metric: EvaluatedLoss, metrics: MetricCollection) -> dict[str, Tensor]:
         x, y = self.split_batch(batch)
         outputs = self(x)
         update_mean_loss(loss_metric, self.loss(outputs, y), y, self.counted)
@@ -251,9 +251,12 @@ class Task(L.LightningModule):
         # A callback's on_validation_batch_end's ``outputs``: it needs no second forward pass (project/callbacks.py).
         return {"outputs": outputs, "targets": y}
 
-    def log_epoch(self, stage: str, loss_metric: MeanMetric, metrics: MetricCollection) -> None:
-        """The stage's loss and metrics, once per epoch (Lightning syncs and resets them); a task adds its own here."""
+    def log_epoch(self, stage: str, loss_metric: EvaluatedLoss, metrics: MetricCollection) -> None:
+        """The stage's loss, its standard error and metrics, once per epoch (Lightning syncs and resets them); a task
+        adds its own here."""
+        loss_metric.compute()  # synced over the processes, once (Lightning's compute of it reads this result)
         self.log(f"{stage}/loss", loss_metric, prog_bar=self.monitor == f"{stage}/loss")
+        self.log(f"{stage}/loss_se", loss_metric.standard_error)
         for name, metric in metrics.items(keep_base=False):
             self.log(name, metric, prog_bar=name == self.monitor)
 
