@@ -71,6 +71,14 @@ COPIER = @test -x $(BIN)/copier || { test -x $(BIN)/python || $(PYTHON) -m venv 
 GIT_AS_TEMPLATE = git $(if $(shell git config user.email),,-c user.name=new-project -c user.email=new-project@localhost) \
 	-c init.defaultBranch=main
 space := $(subst ,, )
+# copier takes the template's version from its tags, which must be PEP 440 versions: a tag that is none (v2-bar) is
+# named in one sentence, instead of copier's "version from template not detected".
+NOT_A_VERSION_TAG = $(BIN)/python -c "import re, subprocess, sys, yaml; from packaging.version import VERSION_PATTERN; \
+	src = yaml.safe_load(open('.copier-answers.yml'))['_src_path']; \
+	refs = subprocess.run(['git', 'ls-remote', '--tags', src], capture_output=True, text=True).stdout.split(); \
+	tags = sorted({r.removeprefix('refs/tags/').removesuffix('^{}') for r in refs if r.startswith('refs/tags/')}); \
+	bad = [t for t in tags if not re.fullmatch(VERSION_PATTERN, t, re.VERBOSE | re.IGNORECASE)]; \
+	print(f'error: the template ({src}) has tags that are no PEP 440 version ({\", \".join(map(repr, bad))}): copier reads the version to merge from the tags, so it cannot update. Tag the template with versions (git tag v1.3, or 2.0.1) and delete the others (git tag -d <tag>), then make update-engine (TEMPLATE=<a version tag> merges that one).', file=sys.stderr)"
 
 new-project: ## your own repository: this one with the package renamed to NAME, only the examples KEEP names, in DEST
 	@test -n "$(NAME)" || { echo "error: NAME= the new package's name, e.g. make new-project NAME=churn" >&2; exit 2; }
@@ -89,7 +97,10 @@ new-project: ## your own repository: this one with the package renamed to NAME, 
 
 update-engine: ## in a repository made by new-project: merge the template's newer version three ways (copier update; TEMPLATE= a version)
 	$(COPIER)
-	$(BIN)/copier update --trust --quiet --defaults --conflict inline $(if $(TEMPLATE),--vcs-ref $(TEMPLATE))
+	@said=$$(mktemp); status=0; \
+	$(BIN)/copier update --trust --quiet --defaults --conflict inline $(if $(TEMPLATE),--vcs-ref $(TEMPLATE)) 2>"$$said" || status=$$?; \
+	if grep -q "version from template not detected" "$$said"; then rm -f "$$said"; $(NOT_A_VERSION_TAG); exit 2; fi; \
+	cat "$$said" >&2; rm -f "$$said"; exit $$status
 	@test -z "$$(git ls-files --unmerged)" || { echo "Conflict markers in: $$(git diff --name-only --diff-filter=U | sort -u | tr '\n' ' ')- resolve them, make test, commit." >&2; exit 1; }
 	@echo "Merged the template's newer version: review with git diff, run make test, commit."
 

@@ -105,3 +105,27 @@ def test_an_update_of_a_repository_with_uncommitted_changes_is_refused(template_
     assert updated.returncode != 0 and "Destination repository is dirty; cannot continue" in updated.stderr
     assert _git(repo, "status", "--porcelain").strip() == "M configs/default.yaml"
     assert subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".copier-answers.yml"], cwd=repo).returncode == 0
+
+
+@pytest.mark.parametrize("tag", ["v2-bar"])
+def test_a_template_tag_that_is_no_version_is_named_in_one_sentence(
+    tag: str, template_and_repo: tuple[Path, Path]
+) -> None:
+    template, repo = template_and_repo
+    (template / "configs" / "default.yaml").write_text(
+        "# later\n" + (template / "configs" / "default.yaml").read_text()
+    )
+    _git(template, "commit", "-qam", "later")
+    _git(template, "tag", tag)
+    before = _git(repo, "rev-parse", "HEAD")
+    updated = make("update-engine", cwd=repo)
+    assert updated.returncode == 2, updated.stdout + updated.stderr
+    said = [line for line in updated.stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and f"('{tag}')" in said[0] and "PEP 440" in said[0], updated.stderr
+    assert _git(repo, "rev-parse", "HEAD") == before and not _git(repo, "status", "--porcelain").strip()
+    # What it advises works: the tag replaced by a version, the update merges.
+    _git(template, "tag", "-d", tag)
+    _git(template, "tag", "v1.3")
+    updated = make("update-engine", cwd=repo)
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert (repo / "configs" / "default.yaml").read_text().startswith("# later\n")
