@@ -5,9 +5,10 @@ import os
 import pytest
 import torch
 from sklearn.datasets import load_digits
+from torch.utils.data import DistributedSampler
 from toy import Digits
 
-from project.engine.samplers import UnpaddedDistributedSampler
+from project.engine.samplers import ResumableSampler, UnpaddedDistributedSampler
 
 
 def _datamodule(**kwargs: object) -> Digits:
@@ -80,3 +81,23 @@ def test_loader_settings_come_from_the_datamodule() -> None:
     assert plain.num_workers == 0 and not plain.persistent_workers and plain.prefetch_factor is None
     x, y = next(iter(plain))
     assert x.shape == (64, 1, 8, 8) and x.dtype == torch.float32 and y.dtype == torch.int64
+
+
+@pytest.mark.guarantee(
+    "the training sampler hands out torch's DistributedSampler order (seed + epoch, tail dropped, rank r every W-th) "
+    "and skips a resumed epoch's first samples, holding the order as a tensor, never as torch's list of Python ints"
+)
+@pytest.mark.parametrize("count", [10, 1419, 100_003])
+def test_the_training_order_is_torchs_distributed_sampler_order(count: int) -> None:
+    data = range(count)
+    for world in (1, 2, 3):
+        for rank in range(world):
+            for epoch in (0, 3):
+                theirs = DistributedSampler(data, world, rank, shuffle=True, seed=42, drop_last=True)  # type: ignore[arg-type]
+                ours = ResumableSampler(data, world, rank, shuffle=True, seed=42, drop_last=True)
+                theirs.set_epoch(epoch)
+                ours.set_epoch(epoch)
+                order = list(theirs)
+                assert list(ours) == order and len(ours) == len(order)
+                ours.skip_next(7)
+                assert list(ours) == order[7:]

@@ -229,3 +229,17 @@ def test_a_larger_corpus_evaluates_no_more_blocks(tmp_path: Path) -> None:
         sizes[limit] = (len(dm.val_set), len(dm.val_dataloader().dataset), len(dm.test_dataloader().dataset))
     assert sizes == {100: (890, 100, 100), None: (890, 890, 890)}
     assert TextDataModule.__init__.__kwdefaults__["eval_samples"] == 4096
+
+
+@pytest.mark.guarantee("the byte tokeniser reads a file in chunks: the ids are the file's bytes, whatever the chunk")
+def test_the_byte_file_is_the_corpus_bytes_read_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import project.data.text as text
+
+    (tmp_path / "corpus").mkdir()
+    first, second = "naïve café\n" * 40, "def f():\n    return 1\n" * 30
+    (tmp_path / "corpus" / "a.txt").write_text(first)
+    (tmp_path / "corpus" / "b.txt").write_text(second)
+    monkeypatch.setattr(text, "CHUNK", 7)  # many chunks, and characters cut between them
+    dm = text.TextDataModule(str(tmp_path / "corpus"), block_size=16, cache_dir=str(tmp_path / "cache"))
+    ids = np.fromfile(dm.byte_file(), dtype=np.uint16).tolist()
+    assert ids == [*first.encode(), text.BYTE_END_OF_TEXT, *second.encode()]

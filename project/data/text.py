@@ -39,6 +39,7 @@ from project.engine.errors import ConfigError
 BYTE_END_OF_TEXT = 256  # <|endoftext|>'s id in the byte vocabulary (BPE's is 0)
 VOCABULARY = [*BYTE_NAMES, END_OF_TEXT]
 PREDICT_PROMPTS = 16  # prompts taken from the test split when no predict_path is given
+CHUNK = 1 << 24  # the bytes tokenised at a time: a corpus file of any size in flat memory
 PIECE = 1 << 20  # BPE reads and encodes a file in pieces of at most this many bytes, cut at a line's end
 
 __all__ = ["TextDataModule", "decode"]
@@ -182,7 +183,8 @@ class TextDataModule(DataModule):
         return folder / key
 
     def byte_file(self) -> Path:
-        """The corpus as uint16 byte ids, tokenised on first use (one file at a time, never all in memory)."""
+        """The corpus as uint16 byte ids, tokenised on first use (in chunks of ``CHUNK`` bytes: a file of any size in
+        flat memory)."""
         target = self._cached("bytes").with_suffix(".u16")
         if not target.exists():
             partial = target.with_suffix(f".partial-{os.getpid()}")
@@ -190,7 +192,9 @@ class TextDataModule(DataModule):
                 for i, file in enumerate(self._files()):
                     if i:
                         out.write(np.array([BYTE_END_OF_TEXT], dtype=np.uint16).tobytes())
-                    out.write(np.frombuffer(file.read_bytes(), dtype=np.uint8).astype(np.uint16).tobytes())
+                    with open(file, "rb") as f:
+                        while chunk := f.read(CHUNK):
+                            out.write(np.frombuffer(chunk, dtype=np.uint8).astype(np.uint16).tobytes())
             os.replace(partial, target)  # whole or absent: another process tokenising the same corpus is harmless
         return target
 

@@ -9,14 +9,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class ResumableSampler(DistributedSampler):
-    """torch's seeded ``DistributedSampler`` that can start its next epoch part-way through (``skip_next``)."""
+    """torch's seeded ``DistributedSampler`` (shuffled, its tail dropped) that can start its next epoch part-way
+    through (``skip_next``). Its order is torch's, drawn as a tensor and handed out in chunks: torch's list of Python
+    ints costs ~40 bytes a sample (a language model's 10 GB corpus: 156 M blocks of 64 bytes, 6 GB), this 8."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        assert self.shuffle and self.drop_last, "the training sampler shuffles and drops the uneven tail"
         self._skip = 0
 
     def skip_next(self, n: int) -> None:
@@ -25,7 +29,9 @@ class ResumableSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         skip, self._skip = self._skip, 0
-        return itertools.islice(super().__iter__(), skip, None)
+        order = torch.randperm(len(self.dataset), generator=torch.Generator().manual_seed(self.seed + self.epoch))  # type: ignore[arg-type]
+        mine = order[: self.total_size][self.rank :: self.num_replicas][skip:]  # DistributedSampler's, as a view
+        return itertools.chain.from_iterable(chunk.tolist() for chunk in mine.split(1 << 16))
 
 
 class ResumableDataLoader(DataLoader):
