@@ -322,6 +322,35 @@ def _clock(marks: dict[str, Any]) -> Any:
     return Clock()
 
 
+# The noise-free figure: Python function calls per training step, counted over COUNTED_STEPS steps of the second
+# epoch (a multiple of the logging interval, 10, so logging steps count in their share; fewer in a shorter epoch).
+# Load cannot move a count; the counting slows those steps, so it runs in a fit of its own, after the timed ones.
+COUNTED_STEPS = 20
+
+
+def _call_counter(found: dict[str, float]) -> Any:
+    """A callback counting the Python calls of ``COUNTED_STEPS`` training steps of the second epoch (sys.setprofile:
+    every call in the main thread, Lightning's loop, the callbacks, the task, torch's Python) into found["calls"]."""
+    import lightning as L
+
+    class CallCounter(L.Callback):
+        calls = 0
+
+        def count(self, frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                self.calls += 1
+
+        def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            steps = min(COUNTED_STEPS, int(trainer.num_training_batches) - 2)  # a short epoch: all but its ends
+            if trainer.current_epoch == 1 and batch_idx == 1:
+                sys.setprofile(self.count)
+            elif trainer.current_epoch == 1 and batch_idx == 1 + steps:
+                sys.setprofile(None)
+                found["calls_per_step"] = self.calls / steps
+
+    return CallCounter()
+
+
 def _fit(cli: Any, marks: dict[str, Any], workload: str) -> dict:
     cli.trainer.callbacks.append(_clock(marks))
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
@@ -429,6 +458,17 @@ def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, di
                 ):  # fmt: skip
                     found[variant][key].append(1e3 * statistics.median(result[values]) / per)
                 found[variant]["val_metric"].append(result["val_metric"])
+        for n, variant in enumerate(variants[1:], start=1):  # the count, once each (it is the same every time)
+            cli = _cli(config, workload, epochs, scratch, extra)
+            if variant != "template":
+                kept = PARTS[: n - 1]
+                if "logger" not in kept:
+                    cli.trainer.loggers = []
+                cli.trainer.callbacks = [cb for cb in cli.trainer.callbacks if type(cb).__name__ in kept]
+            counted: dict[str, float] = {}
+            cli.trainer.callbacks.append(_call_counter(counted))
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+            found[variant]["calls_per_step"] = [counted["calls_per_step"]]
     return {v: {k: xs if k == "has" else statistics.median(xs) for k, xs in m.items()} for v, m in found.items()}
 
 
@@ -743,17 +783,20 @@ def main() -> None:
         print()
     for workload, found in parts.items():
         print(f"{workload}, part by part (one process; each row adds one part to the row above): µs per training "
-              "step and per validation batch, wall clock [main thread's CPU time]")  # fmt: skip
+              "step and per validation batch, wall clock [main thread's CPU time]; Python calls per training step "
+              "(a count: the machine's load cannot move it), and what each row adds")  # fmt: skip
         above = None  # the hand-written loop adds nothing to a row: it is a loop of its own
         for variant, m in found.items():
-            added = ""
+            added, calls = "", f"{m['calls_per_step']:8.0f}" if "calls_per_step" in m else " " * 8
             if above is not None:
-                added = f"{m['step_us'] - above['step_us']:+7.0f} {m['val_batch_us'] - above['val_batch_us']:+7.0f}"
+                added = (f"{m['step_us'] - above['step_us']:+7.0f} {m['val_batch_us'] - above['val_batch_us']:+7.0f} "
+                         f"{m['calls_per_step'] - above['calls_per_step']:+7.0f} calls")  # fmt: skip
             print(f"  {variant:22} {m['step_us']:8.0f} [{m['cpu_step_us']:6.0f}] {m['val_batch_us']:7.0f} "
-                  f"[{m['cpu_val_batch_us']:6.0f}]   {added}")  # fmt: skip
+                  f"[{m['cpu_val_batch_us']:6.0f}] {calls}   {added}")  # fmt: skip
             above = m if variant != "reference" else None
         ref, bare, tpl = found["reference"], found["lightning"], found["template"]
-        print(f"  => template / bare Lightning: {tpl['step_us'] / bare['step_us']:.2f}x per step, "
+        print(f"  => template / bare Lightning: {tpl['calls_per_step'] / bare['calls_per_step']:.2f}x the calls per "
+              f"step, {tpl['step_us'] / bare['step_us']:.2f}x per step, "
               f"{tpl['val_batch_us'] / bare['val_batch_us']:.2f}x per validation batch; template / hand-written "
               f"loop: {tpl['step_us'] / ref['step_us']:.2f}x per step, "
               f"{tpl['val_batch_us'] / ref['val_batch_us']:.2f}x per validation batch\n")  # fmt: skip

@@ -1,5 +1,6 @@
 """The benchmark's quick mode: the hand-written loop and the template do the same work (not a speed test)."""
 
+import itertools
 from pathlib import Path
 
 import bench  # benchmarks/ (conftest puts it on the path)
@@ -55,3 +56,6 @@ def test_the_decomposition_adds_one_part_per_row_and_every_row_learns_the_same_m
     # the rows compare the same work, the hand-written loop's included.
     assert len({m["val_metric"] for m in found.values()}) == 1, {v: m["val_metric"] for v, m in found.items()}
     assert all(m["step_us"] > 0 and m["val_batch_us"] > 0 and m["cpu_step_us"] > 0 for m in found.values())
+    # The noise-free figure: Python calls per step, for every Lightning row; each part adds calls or none.
+    calls = [found[v]["calls_per_step"] for v in list(found)[1:]]
+    assert calls[0] > 100 and all(b >= a * 0.99 for a, b in itertools.pairwise(calls)), calls
