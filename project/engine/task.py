@@ -186,7 +186,9 @@ class Task(TaskContract, L.LightningModule):
         adds its own here."""
         loss_metric.compute()  # synced over the processes, once (Lightning's compute of it reads this result)
         self.log(f"{stage}/loss", loss_metric, prog_bar=self.monitor == f"{stage}/loss")
-        self.log(f"{stage}/loss_se", loss_metric.standard_error)
+        # The same on every process (from the summed states): averaging it over them (sync_dist) changes nothing and
+        # spares Lightning's warning that an epoch-level value is not synced.
+        self.log(f"{stage}/loss_se", loss_metric.standard_error, sync_dist=True)
         for name, metric in metrics.items(keep_base=False):
             self.log(name, metric, prog_bar=name == self.monitor)
 

@@ -97,10 +97,10 @@ class LanguageModel(Task):
     def log_epoch(self, stage: str, loss_metric: Any, metrics: Any) -> None:
         super().log_epoch(stage, loss_metric, metrics)
         loss = loss_metric.compute()  # the exact token-weighted mean over the split (synced across processes)
-        self.log(f"{stage}/ppl", loss.exp())
+        self.log(f"{stage}/ppl", loss.exp(), sync_dist=True)  # the same on every process: no warning
         if self.token_bytes.numel():  # the split's summed loss over its bytes of text, in bits
             ratio = self.val_tokens_per_byte if stage == "val" else self.test_tokens_per_byte
-            self.log(f"{stage}/bpb", loss * ratio.compute().to(loss.device) / math.log(2))
+            self.log(f"{stage}/bpb", loss * ratio.compute().to(loss.device) / math.log(2), sync_dist=True)
             ratio.reset()
 
     def on_test_end(self) -> None:
