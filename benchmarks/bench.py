@@ -423,6 +423,17 @@ def run_lightning(spec_path: str | Path, workload: str = "default", t0: float | 
     return _result("lightning", workload, spec["batch_size"], int(trainer.num_training_batches), marks, val_metric)
 
 
+def _variant(cli: Any, n: int, variant: str) -> Any:
+    """The CLI's trainer as the decomposition's row ``n`` has it: bare Lightning plus the first ``n - 1`` of
+    ``PARTS`` (the template keeps everything)."""
+    if variant != "template":
+        kept = PARTS[: n - 1]
+        if "logger" not in kept:
+            cli.trainer.loggers = []
+        cli.trainer.callbacks = [cb for cb in cli.trainer.callbacks if type(cb).__name__ in kept]
+    return cli
+
+
 def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, dict[str, float]]:
     """The decomposition of one workload: the hand-written loop, a bare Lightning fit of the same task and data (the
     CLI's trainer with no callback and no logger), then one more of the template's parts (``PARTS``) at a time, and
@@ -442,12 +453,7 @@ def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, di
                 if variant == "reference":
                     result = run_reference(spec, workload)
                 else:
-                    cli = _cli(config, workload, epochs, scratch, extra)
-                    if variant != "template":
-                        kept = PARTS[: n - 1]
-                        if "logger" not in kept:
-                            cli.trainer.loggers = []
-                        cli.trainer.callbacks = [cb for cb in cli.trainer.callbacks if type(cb).__name__ in kept]
+                    cli = _variant(_cli(config, workload, epochs, scratch, extra), n, variant)
                     result = _fit(cli, _marks(None), workload)
                     found[variant]["has"] = ["logger"] * bool(cli.trainer.loggers) + [
                         type(cb).__name__ for cb in cli.trainer.callbacks if type(cb).__name__ != "Clock"
@@ -459,12 +465,7 @@ def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, di
                     found[variant][key].append(1e3 * statistics.median(result[values]) / per)
                 found[variant]["val_metric"].append(result["val_metric"])
         for n, variant in enumerate(variants[1:], start=1):  # the count, once each (it is the same every time)
-            cli = _cli(config, workload, epochs, scratch, extra)
-            if variant != "template":
-                kept = PARTS[: n - 1]
-                if "logger" not in kept:
-                    cli.trainer.loggers = []
-                cli.trainer.callbacks = [cb for cb in cli.trainer.callbacks if type(cb).__name__ in kept]
+            cli = _variant(_cli(config, workload, epochs, scratch, extra), n, variant)
             counted: dict[str, float] = {}
             cli.trainer.callbacks.append(_call_counter(counted))
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
