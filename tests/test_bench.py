@@ -45,9 +45,11 @@ def test_the_decomposition_adds_one_part_per_row_and_every_row_learns_the_same_m
     monkeypatch.setitem(bench.WORKLOADS, "floor", {"args": [*floor["args"], "--data.batch_size=64"], "epochs": 2})
     monkeypatch.setitem(bench.PARTS_LIMIT, "floor", 10)  # 10 steps per epoch: the rows are per step anyway
     found = bench.run_parts(DIGITS, "floor", rounds=1, out=str(tmp_path))
-    assert list(found) == ["reference", "lightning", *(f"+{part}" for part in bench.PARTS), "template"]
-    # Each row is the row above with one more of the template's parts; the last is the template whole.
-    has = [found[v]["has"] for v in list(found)[1:-1]]
+    parts = ["lightning", *(f"+{part}" for part in bench.PARTS), "template"]
+    assert list(found) == ["reference", *parts, "lightning+callbacks"]
+    # Each row is the row above with one more of the template's parts; then the template whole; then, beside them,
+    # bare Lightning with Lightning's own callbacks (what the template's per-step cost is judged against).
+    has = [found[v]["has"] for v in parts[:-1]]
     assert has[0] == []
     for before, after, part in zip(has[:-1], has[1:], bench.PARTS, strict=True):
         assert sorted(after) == sorted([*before, part])
@@ -57,5 +59,9 @@ def test_the_decomposition_adds_one_part_per_row_and_every_row_learns_the_same_m
     assert len({m["val_metric"] for m in found.values()}) == 1, {v: m["val_metric"] for v, m in found.items()}
     assert all(m["step_us"] > 0 and m["val_batch_us"] > 0 and m["cpu_step_us"] > 0 for m in found.values())
     # The noise-free figure: Python calls per step, for every Lightning row; each part adds calls or none.
-    calls = [found[v]["calls_per_step"] for v in list(found)[1:]]
+    calls = [found[v]["calls_per_step"] for v in parts[:-1]]
     assert calls[0] > 100 and all(b >= a * 0.99 for a, b in itertools.pairwise(calls)), calls
+    assert sorted(found["lightning+callbacks"]["has"]) == sorted(
+        ["logger", "ModelCheckpoint", "EarlyStopping", "LearningRateMonitor", "TQDMProgressBar", "ModelSummary"]
+    )
+    assert found["lightning+callbacks"]["calls_per_step"] > calls[0]

@@ -1,16 +1,24 @@
 """The host's work per step beyond the math: nothing that waits for the device, nothing repeated every step that
 once in a while would do. (The evaluation step's ops are checked for host syncs in the contract suite.)"""
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import lightning as L
 import pytest
 import torch
-from conftest import fit, scalars
+from conftest import DIGITS, fit, scalars
 
 from project.engine import progress
+from project.engine.cli import CLI
+from project.engine.monitored import TaskEarlyStopping
+from project.engine.predict import CSVPredictionWriter
 from project.engine.progress import ThrottledProgressBar
+from project.engine.provenance import Provenance
+from project.engine.run_directory import SaveConfig
+from project.engine.tracking import TrackerRun
 
 pytestmark = pytest.mark.slow
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=12", "--trainer.limit_val_batches=3",
@@ -94,3 +102,40 @@ def test_a_step_based_runs_bar_gives_its_length_in_steps() -> None:
     assert bar._get_train_description(0) == "Epoch 0 (a 1500-step run)"  # Lightning's own: "Epoch 0/-2"
     bar._trainer = SimpleNamespace(max_epochs=40, max_steps=-1)
     assert bar._get_train_description(3).strip() == "Epoch 3/39"
+
+
+def _calls_per_step(tmp_path: Path, drop: tuple[type, ...] = (), add: tuple[L.Callback, ...] = ()) -> int:
+    """The Python calls (sys.setprofile's "call" events: every function, Lightning's loop and hooks included) of
+    training steps 2..9 of a short fit of the config's trainer without its progress bar (its reads depend on the
+    clock) and without the callbacks of types ``drop``, plus ``add``."""
+    found = []
+
+    class Count(L.Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+            if trainer.global_step == 2:
+                sys.setprofile(lambda frame, event, arg: found.append(1) if event == "call" else None)
+            elif trainer.global_step == 10:
+                sys.setprofile(None)
+
+    cli = CLI(["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}", *SHORT[:-1]], run=False)
+    kept = [cb for cb in cli.trainer.callbacks if not isinstance(cb, (ThrottledProgressBar, *drop))]
+    assert all(any(type(cb) is t for cb in cli.trainer.callbacks) for t in drop), "the config lacks one to drop"
+    cli.trainer.callbacks = [*kept, *add, Count()]
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step == 24
+    return len(found)
+
+
+@pytest.mark.guarantee("a callback costs no Python call on the batches it does nothing on")
+def test_callbacks_that_do_nothing_on_a_step_cost_nothing_on_it(tmp_path: Path) -> None:
+    """Lightning calls every per-batch hook of every callback (~11 Python calls each, defined or not) unless the hook
+    is not callable (project/engine/hooks.py). The template's callbacks with nothing to do on a training step, and
+    LightningCLI's config saver (ours: SaveConfig), add not one call to it; an undecorated callback does (so the count
+    sees a callback)."""
+    idle = (Provenance, TrackerRun, CSVPredictionWriter, TaskEarlyStopping, SaveConfig)
+    # First (its count pays for the first isinstance checks of a process, which Python's ABCs cache): plain.
+    plain = _calls_per_step(tmp_path / "plain", drop=idle, add=(L.Callback(),))
+    without = _calls_per_step(tmp_path / "without", drop=idle)
+    with_them = _calls_per_step(tmp_path / "all")
+    assert with_them == without, f"{with_them - without} calls in 8 steps from callbacks with no per-step work"
+    assert plain - without >= 8 * 6, plain - without  # six hooks a step, each at least the call itself

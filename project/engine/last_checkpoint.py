@@ -25,6 +25,8 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from torch.utils.data._utils import signal_handling
 
+from project.engine.hooks import defined_hooks_only
+
 
 class Interrupted(Exception):
     def __init__(self, signum: int, checkpoint: Path, step: int, rank: int) -> None:
@@ -40,6 +42,7 @@ class LoaderWorkerDied(RuntimeError):
         self.checkpoint, self.step, self.rank = checkpoint, step, rank
 
 
+@defined_hooks_only
 class LastCheckpoint(Checkpoint):
     def __init__(self, every_n_train_steps: int | None = None) -> None:
         """

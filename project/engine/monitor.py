@@ -14,6 +14,7 @@ from torch.distributed.tensor import DTensor
 
 from project.engine import batches
 from project.engine.accumulation import is_last_micro_batch
+from project.engine.hooks import defined_hooks_only
 from project.engine.metrics import IGNORE_INDEX
 
 
@@ -24,6 +25,7 @@ def is_logging_step(trainer: L.Trainer) -> bool:
     return every > 0 and (trainer.global_step + 1) % every == 0
 
 
+@defined_hooks_only
 class TrainingMonitor(L.Callback):
     """Logs, on the steps the logger writes (``trainer.log_every_n_steps``), averaged over the steps since the last:
 

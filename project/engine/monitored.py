@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torchmetrics import MetricCollection
 
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 
 
 def monitor_and_mode(task: str, metrics: MetricCollection, monitor: str) -> tuple[str, Literal["min", "max"]]:
@@ -43,6 +44,7 @@ def _judged_by(pl_module: L.LightningModule) -> tuple[str, str]:
     return monitor, mode
 
 
+@defined_hooks_only
 class TaskCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` (every argument is Lightning's) whose ``monitor`` defaults to the task's metric."""
 
@@ -57,6 +59,7 @@ class TaskCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
 
 
+@defined_hooks_only
 class TaskEarlyStopping(EarlyStopping):
     """``EarlyStopping`` (every argument is Lightning's) whose ``monitor`` defaults to the task's metric."""
 
@@ -72,6 +75,7 @@ class TaskEarlyStopping(EarlyStopping):
         super().setup(trainer, pl_module, stage)
 
 
+@defined_hooks_only
 class ValidateTheLastStep(Callback):
     """The last step of a run is always validated, so its best checkpoint and early stopping see it. Lightning
     validates at epoch ends and every ``val_check_interval``, not at ``trainer.max_steps``: a run that stops there

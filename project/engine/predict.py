@@ -16,8 +16,10 @@ from torch.utils.data import Dataset
 
 from project.engine import batches
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 
 
+@defined_hooks_only
 class CSVPredictionWriter(BasePredictionWriter):
     """Writes ``index, [the DataModule's columns,] <the task's columns>`` per input, in input order (one process): the
     task's ``prediction_table`` says what a prediction is (e.g. the predicted class and the probabilities, or values

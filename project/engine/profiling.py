@@ -9,8 +9,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 
 
+@defined_hooks_only
 class ProfileSteps(L.Callback):
     """Profiles optimizer steps ``warmup`` .. ``warmup + steps`` (CPU, and CUDA when training on it; shapes and
     memory), then writes ``<run dir>/trace.json`` (open it in chrome://tracing or https://ui.perfetto.dev) and

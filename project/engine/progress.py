@@ -6,7 +6,10 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 
+from project.engine.hooks import defined_hooks_only
 
+
+@defined_hooks_only
 class ThrottledProgressBar(RichProgressBar):
     """``RichProgressBar`` that moves its training and validation bars, and reads the metrics it shows, at most
     ``refresh_rate`` times a second (it redraws no more often), and always at an epoch's last batch and end.

@@ -31,6 +31,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from project.engine.config_keys import flatten
 from project.engine.git_snapshot import git_state
+from project.engine.hooks import defined_hooks_only
 from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code ran (not the working directory)
@@ -114,6 +115,7 @@ def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
     return "finished"
 
 
+@defined_hooks_only
 class Provenance(Callback):
     """Writes the run's provenance.json (see the module's docstring); listed in configs/default.yaml's callbacks."""
 

@@ -14,9 +14,11 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 from project.engine.tracking import continue_runs
 
 
+@defined_hooks_only
 class SaveConfig(SaveConfigCallback):
     """Lightning's config saver, for ``fit`` only (validate/test/predict of a run must not start a new run
     directory with a config.yaml in it). It also removes the run directory it created when the run dies of a

@@ -25,6 +25,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 from project.engine.provenance import Provenance, write_json
 
 RECORD = "trackers.json"
@@ -88,6 +89,7 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+@defined_hooks_only
 class TrackerRun(Callback):
     """See the module's docstring. Rank 0 only: Lightning's loggers log from rank 0. Without trackers it does
     nothing."""

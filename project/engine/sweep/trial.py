@@ -13,8 +13,10 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from project.engine.errors import ConfigError
+from project.engine.hooks import defined_hooks_only
 
 
+@defined_hooks_only
 class SweepTrial(Callback):
     def __init__(self, sweep_dir: str, trial: int) -> None:
         """
