@@ -91,7 +91,9 @@ def _read_delimited(pa: Any, pa_csv: Any, path: Path, key: str, delimiter: str, 
 
     def read(threads: bool) -> Any:
         options = pa_csv.ParseOptions(delimiter=delimiter, invalid_row_handler=remember)
-        convert = pa_csv.ConvertOptions(strings_can_be_null=True, column_types=text)
+        # Strings as dictionaries (up to pyarrow's 50 distinct values a column, then as strings): the categories are
+        # hashed in the parser's threads, and no string column is materialised.
+        convert = pa_csv.ConvertOptions(strings_can_be_null=True, column_types=text, auto_dict_encode=True)
         return pa_csv.read_csv(
             path, read_options=pa_csv.ReadOptions(use_threads=threads), parse_options=options, convert_options=convert
         )
@@ -125,6 +127,8 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
     import pyarrow.compute as pc
 
     array = table.column(column)
+    if pa.types.is_dictionary(array.type):  # strings read as categories (read_table)
+        array = array.cast(array.type.value_type)
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         try:
             array = pc.cast(array, pa.float64())
@@ -137,8 +141,8 @@ def _numbers(table: Any, column: str, path: Path, key: str, missing_ok: bool) ->
     elif not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_null(array.type)):
         raise ConfigError(f"{key}={str(path)!r}: column {column!r} holds {array.type} values, not numbers.")
     values = np.asarray(pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
-    bad = ~np.isfinite(values)
-    if bad.any() and not missing_ok:
+    bad = None if missing_ok else ~np.isfinite(values)
+    if bad is not None and bad.any():
         row = int(np.argmax(bad))
         raise ConfigError(
             f"{key}={str(path)!r}: column {column!r}, row {row + 2} is missing or not finite; with data.missing=refuse "
@@ -190,6 +194,32 @@ class Categories:
         return lut[self.rows]
 
 
+class Columns:
+    """A table's feature columns as the encoding reads them, each converted once: learning the encoding and encoding
+    the rows share them."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self._read: dict[tuple[str, str], Any] = {}  # each key written by one column's thread
+
+    def categories(self, column: str, keep: bool = True) -> Categories:
+        """The column's ``Categories``; ``keep=False``: its last use (the memory goes with it)."""
+        found = self._read.pop(("categories", column), None) or Categories(self.table, column)
+        if keep:
+            self._read["categories", column] = found
+        return found
+
+    def numbers(self, column: str, path: Path, key: str, missing_ok: bool, keep: bool = True) -> np.ndarray:
+        """The column's numbers (``_numbers``: float64, NaN where missing); ``keep`` keeps them as float32 (the
+        inputs' type, half the memory) for the next call, which has them; ``keep=False``: its last use."""
+        found = self._read.pop(("numbers", column), None)
+        if found is None:
+            found = _numbers(self.table, column, path, key, missing_ok)
+        if keep:
+            self._read["numbers", column] = found.astype(np.float32)
+        return found
+
+
 def _per_column(function: Callable[[Any], Any], columns: list[Any]) -> list[Any]:
     """``function`` of each column, in order, in threads: numpy, pyarrow and torch release the GIL for their work
     on whole columns, so the columns are read and encoded on every core (the first error, in column order)."""
@@ -198,7 +228,7 @@ def _per_column(function: Callable[[Any], Any], columns: list[Any]) -> list[Any]
 
 
 def fit_encoding(
-    table: Any,
+    columns: Columns,
     features: list[str],
     train: list[int],
     categorical: list[str],
@@ -209,13 +239,13 @@ def fit_encoding(
     """How each feature becomes inputs, learned from the training rows only: plain data (the checkpoint keeps it)."""
     import pyarrow as pa
 
-    rows = np.asarray(train, dtype=np.int64)
+    table, rows = columns.table, np.asarray(train, dtype=np.int64)
 
     def fit(column: str) -> dict[str, Any]:
         kind = table.column(column).type
         strings = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_dictionary(kind)
         if column in categorical or strings:
-            cells = Categories(table, column)  # a missing cell under data.missing=refuse: refused by encode
+            cells = columns.categories(column)  # a missing cell under data.missing=refuse: refused by encode
             if column not in categorical:  # mostly numbers, with stray strings: refused, naming the first
                 counted = [(v, n) for v, n in zip(cells.values, cells.counts(), strict=True) if v is not None]
                 if counted and sum(n for v, n in counted if _is_number(v)) >= sum(n for _, n in counted) / 2:
@@ -233,7 +263,7 @@ def fit_encoding(
                     "tells the model nothing; leave it out of data.features."
                 )
             return {"name": column, "categories": seen}
-        numbers = _numbers(table, column, path, "data.path", missing_ok=missing == "impute")[rows]
+        numbers = columns.numbers(column, path, "data.path", missing_ok=missing == "impute")[rows]
         holes = bool(np.isnan(numbers).any())
         if holes and np.isnan(numbers).all():
             raise ConfigError(f"data.path={str(path)!r}: column {column!r} is missing in every training row.")
@@ -253,17 +283,25 @@ def input_names(encoding: dict[str, Any]) -> list[str]:
     return names
 
 
-def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int, dict]:
+def encode(columns: Columns, encoding: dict[str, Any], path: Path, key: str, missing: str) -> tuple[Tensor, int, dict]:
     """The inputs (rows, len(input_names)) as float32, the number of rows holding a category never seen in
     training (encoded as all zeros), and those categories per column."""
+    table = columns.table
     absent = [c["name"] for c in encoding["columns"] if c["name"] not in table.column_names]
     if absent:
         raise ConfigError(f"{key}={str(path)!r} lacks the feature column {absent[0]!r}.")
+    # Feature-major: each column's thread writes its own contiguous rows of ``inputs``; the rows a sample is read
+    # from are its transpose, a view (a copy into sample-major order would take as long as reading the file).
+    widths = [len(c["categories"]) if "categories" in c else 1 + c["indicator"] for c in encoding["columns"]]
+    inputs = torch.empty((sum(widths), table.num_rows), dtype=torch.float32)
+    starts = np.cumsum([0, *widths]).tolist()
 
-    def inputs_of(c: dict[str, Any]) -> tuple[list[Tensor], np.ndarray | None, list[str]]:
-        """The column's inputs (float32 columns), and its rows and values of a category training never saw."""
+    def encode_column(at: tuple[dict[str, Any], int, int]) -> tuple[np.ndarray | None, list[str]]:
+        """Writes the column's inputs; returns its rows and values of a category training never saw."""
+        c, start, width = at
+        block = inputs[start : start + width]
         if "categories" in c:
-            cells = Categories(table, c["name"])
+            cells = columns.categories(c["name"], keep=False)
             if missing == "refuse" and cells.first_missing() is not None:
                 raise ConfigError(
                     f"{key}={str(path)!r}: column {c['name']!r}, row {cells.first_missing()} is "
@@ -272,22 +310,24 @@ def encode(table: Any, encoding: dict[str, Any], path: Path, key: str, missing: 
             codes = cells.codes(c["categories"])
             unknown = codes < 0
             unseen = sorted({cells.values[i] for i in np.unique(cells.rows[unknown])} - {None})
-            one_hot = torch.from_numpy(codes)
-            return [(one_hot == i).to(torch.float32) for i in range(len(c["categories"]))], unknown, unseen
-        values = _numbers(table, c["name"], path, key, missing_ok=missing == "impute")
+            torch.eq(torch.arange(len(block))[:, None], torch.from_numpy(codes)[None, :], out=block)
+            return unknown, unseen
+        values = columns.numbers(c["name"], path, key, missing_ok=missing == "impute", keep=False)
+        block[0] = torch.from_numpy(values)
         holes = np.isnan(values)
-        filled = torch.from_numpy(np.where(holes, c["fill"], values).astype(np.float32))
-        return [filled, *([torch.from_numpy(holes).to(torch.float32)] if c["indicator"] else [])], None, []
+        if holes.any():
+            block[0, torch.from_numpy(holes)] = c["fill"]
+        if c["indicator"]:
+            block[1] = torch.from_numpy(holes)
+        return None, []
 
-    encoded = _per_column(inputs_of, encoding["columns"])
+    encoded = _per_column(encode_column, list(zip(encoding["columns"], starts, widths, strict=False)))
     unknown = np.zeros(table.num_rows, dtype=bool)
-    for _, rows, _ in encoded:
+    for rows, _ in encoded:
         if rows is not None:
             unknown |= rows
-    unseen = {c["name"]: values for c, (_, _, values) in zip(encoding["columns"], encoded, strict=True) if values}
-    # Stacked into sample-major order (what the loader reads) by torch, whose copy kernel does that transposition
-    # several times faster than numpy's column-by-column writes.
-    return torch.stack([x for inputs, _, _ in encoded for x in inputs], dim=1), int(unknown.sum()), unseen
+    unseen = {c["name"]: values for c, (_, values) in zip(encoding["columns"], encoded, strict=True) if values}
+    return inputs.T, int(unknown.sum()), unseen
 
 
 class CSVDataModule(DataModule):
@@ -355,17 +395,18 @@ class CSVDataModule(DataModule):
         train, _, test = self.split_indices(table.num_rows)
         rows = {c: ["" if v is None else str(v) for v in _cells(table, c)] for c in ids}
         self.test_columns = {c: [values[i] for i in test] for c, values in rows.items()}
+        columns = Columns(table)
         self.encoding = fit_encoding(
-            table, self.features, train, list(categorical or []), missing, max_categories, self.path
+            columns, self.features, train, list(categorical or []), missing, max_categories, self.path
         )
-        self.inputs, _, _ = encode(table, self.encoding, self.path, "data.path", missing)
+        self.inputs, _, _ = encode(columns, self.encoding, self.path, "data.path", missing)
         self.input_names = input_names(self.encoding)
         self.input_shape = (len(self.input_names),)
         if target_type == "value":
             self.target_kind = "values"
             self.target_names = targets
-            columns = [_numbers(table, t, self.path, "data.path", missing_ok=False) for t in targets]
-            self.targets = torch.from_numpy(np.stack(columns, axis=1).astype(np.float32))
+            values = [_numbers(table, t, self.path, "data.path", missing_ok=False) for t in targets]
+            self.targets = torch.from_numpy(np.stack(values, axis=1).astype(np.float32))
         else:
             labels = Categories(table, targets[0])
             if labels.first_missing() is not None:
@@ -391,7 +432,9 @@ class CSVDataModule(DataModule):
                 f"data.id_columns={self.id_columns!r}: {absent} are not columns of {str(path)!r}; "
                 f"its columns are {table.column_names}."
             )
-        inputs, unknown, unseen = encode(table, self.encoding, path, "data.predict_path", self.hparams["missing"])
+        inputs, unknown, unseen = encode(
+            Columns(table), self.encoding, path, "data.predict_path", self.hparams["missing"]
+        )
         self.predict_columns = {
             c: ["" if v is None else str(v) for v in _cells(table, c)] for c in carried(table.column_names)
         }
