@@ -347,15 +347,13 @@ def _call_counter(found: dict[str, float]) -> Any:
             steps = min(COUNTED_STEPS, int(trainer.num_training_batches) - 2)  # a short epoch: all but its ends
             # The throttled bar redraws a few times a second, whatever the steps take: held still while counting
             # (its redraws depend on the clock, which the counting slows; the µs rows include them).
-            bars = [cb for cb in trainer.callbacks if isinstance(cb, ThrottledProgressBar)]
+            if trainer.current_epoch == 1 and batch_idx in (1, 1 + steps):
+                for bar in (cb for cb in trainer.callbacks if isinstance(cb, ThrottledProgressBar)):
+                    bar._next_update = math.inf if batch_idx == 1 else 0.0
             if trainer.current_epoch == 1 and batch_idx == 1:
-                for bar in bars:
-                    bar._next_update = math.inf
                 sys.setprofile(self.count)
             elif trainer.current_epoch == 1 and batch_idx == 1 + steps:
                 sys.setprofile(None)
-                for bar in bars:
-                    bar._next_update = 0.0
                 found["calls_per_step"] = self.calls / steps
 
     return CallCounter()

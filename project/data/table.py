@@ -321,7 +321,7 @@ def encode(columns: Columns, encoding: dict[str, Any], path: Path, key: str, mis
 
     def write_rows(first: int) -> None:
         rows = slice(first, first + ROWS_PER_BLOCK)
-        for c, (sources, _, _), start, width in zip(encoding["columns"], encoded, starts, widths, strict=False):
+        for c, (sources, _, _), start, width in zip(encoding["columns"], encoded, starts[:-1], widths, strict=True):
             if "categories" in c:  # one-hot: input start + code is 1
                 torch.eq(sources[0][rows, None], torch.arange(width), out=inputs[rows, start : start + width])
             else:
