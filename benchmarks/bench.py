@@ -130,7 +130,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "net": {"class_path": model.net.class_path, "init_args": net_args},
         "lr": optimizer.lr, "warmup": model.warmup, "param_groups": _path_of(model.param_groups),
         "schedule": model.schedule.class_path, "schedule_args": model.schedule.init_args.as_dict(),
-        "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "clip": trainer.gradient_clip_val,
+        "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "fused": optimizer.get("fused"),
+        "clip": trainer.gradient_clip_val,
         "deterministic": trainer.deterministic,
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
         "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"], "limit": limit,
@@ -181,7 +182,9 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
     # The config's parameter-group rule and schedule (project/recipe.py's by default), called as the engine calls them.
     rule = pkgutil.resolve_name(spec["param_groups"]) if spec["param_groups"] else None
     groups = rule(list(net.named_parameters())) if rule else [{"params": list(net.parameters())}]
-    optimizer = torch.optim.AdamW(groups, lr=spec["lr"], betas=tuple(spec["betas"]), weight_decay=spec["weight_decay"])
+    optimizer = torch.optim.AdamW(
+        groups, lr=spec["lr"], betas=tuple(spec["betas"]), weight_decay=spec["weight_decay"], fused=spec["fused"]
+    )
     total = steps * epochs
     warmup = resolve_warmup_steps(spec["warmup"], total)
     scheduler = pkgutil.resolve_name(spec["schedule"])(optimizer, total, warmup, **spec["schedule_args"])

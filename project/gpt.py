@@ -95,6 +95,11 @@ class GPT(nn.Module):
         self.head.weight = self.tokens.weight  # tied: one matrix maps ids to vectors and vectors to logits
         init_weights(self, layers)
 
+    def shard_units(self) -> list[nn.Module]:
+        """FSDP's units (configs/fsdp.yaml): the blocks; the embeddings, the final norm and the head tied to the token
+        embedding are the net's own (one weight, one unit)."""
+        return list(self.blocks)
+
     def forward(self, ids: Tensor) -> Tensor:
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.dropout(self.tokens(ids) + self.positions(positions))

@@ -448,3 +448,26 @@ def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: d
             # leave ~1e-5 of the gradient's scale; a wrong shard, a missing sum or half the batch is O(1) off.
             scale = param.grad.abs().max().item()
             torch.testing.assert_close(grads[name].double(), param.grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
+
+
+class TiedHead(torch.nn.Module):
+    """A head tied to the embedding (as a GPT's is), with or without naming its FSDP units."""
+
+    def __init__(self, name_units: bool) -> None:
+        super().__init__()
+        self.embedding, self.block = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embedding.weight
+        if name_units:
+            self.shard_units = lambda: [self.block]
+
+
+def test_fsdp_refuses_a_weight_tied_across_its_units_in_one_sentence() -> None:
+    from project.engine.errors import ConfigError
+    from project.engine.sharding import units_of
+
+    # Every Linear a unit: head.weight would be in the head's group and, as embedding.weight, in the net's.
+    with pytest.raises(ConfigError, match=r"TiedHead: its parameter (head|embedding)\.weight is tied.*shard_units"):
+        units_of(TiedHead(name_units=False))
+    tied = TiedHead(name_units=True)
+    assert units_of(tied) == [tied.block]  # the tie left to the net itself: one weight, one group

@@ -243,3 +243,12 @@ def test_the_byte_file_is_the_corpus_bytes_read_in_chunks(tmp_path: Path, monkey
     dm = text.TextDataModule(str(tmp_path / "corpus"), block_size=16, cache_dir=str(tmp_path / "cache"))
     ids = np.fromfile(dm.byte_file(), dtype=np.uint16).tolist()
     assert ids == [*first.encode(), text.BYTE_END_OF_TEXT, *second.encode()]
+
+
+def test_fsdp_shards_the_gpts_blocks_and_leaves_its_tied_head_to_the_net() -> None:
+    from project.engine.sharding import units_of
+    from project.gpt import GPT
+
+    net = GPT((16,), 20, layers=3, heads=2, width=8)
+    assert net.head.weight is net.tokens.weight
+    assert units_of(net) == list(net.blocks)  # no ConfigError: the tied weight is in one group
