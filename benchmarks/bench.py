@@ -38,6 +38,7 @@ import pkgutil
 import platform
 import random
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,9 @@ PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressB
 PARTS_LIMIT = {"long": 70}
 # Fixed glibc malloc thresholds for every process the bench starts (see the docstring); values already set win.
 ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(4 * 2**30)}
+# --run-args: flags every run of every workload gets (e.g. "--trainer.precision=bf16-mixed --model.compile=true");
+# the hand-written loop follows the precision and compile flags (autocast, torch.compile), as the template does.
+RUN_ARGS: list[str] = []
 
 
 def _device() -> torch.device:
@@ -99,7 +103,7 @@ def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = 
     w = WORKLOADS[workload]
     return CLI(
         [
-            "--config", config, *w["args"], f"--trainer.max_epochs={epochs or w['epochs']}",
+            "--config", config, *w["args"], *RUN_ARGS, f"--trainer.max_epochs={epochs or w['epochs']}",
             f"--trainer.logger.init_args.save_dir={save_dir or ROOT / 'benchmarks' / 'results' / 'logs'}",
             "--trainer.logger.init_args.name=bench", *extra,
         ],
@@ -132,7 +136,8 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "schedule": model.schedule.class_path, "schedule_args": model.schedule.init_args.as_dict(),
         "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "fused": optimizer.get("fused"),
         "clip": trainer.gradient_clip_val,
-        "deterministic": trainer.deterministic,
+        "deterministic": trainer.deterministic, "precision": str(trainer.precision),
+        "compile": cli.config.model.init_args.get("compile", False),
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
         "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"], "limit": limit,
         # For the bare Lightning fit: the same classes and arguments, built by hand (no CLI, callbacks or logger).
@@ -179,6 +184,10 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         )
 
     net = pkgutil.resolve_name(spec["net"]["class_path"])(**spec["net"]["init_args"]).to(device)
+    if spec["compile"]:  # as the task compiles its net: in place, true = inductor, a string another backend
+        net.compile(**({} if spec["compile"] is True else {"backend": spec["compile"]}))
+    # bf16-mixed as Lightning's precision plugin runs it: the forward (and the loss) under autocast.
+    autocast = functools.partial(torch.autocast, device.type, torch.bfloat16, spec["precision"].startswith("bf16"))
     # The config's parameter-group rule and schedule (project/recipe.py's by default), called as the engine calls them.
     rule = pkgutil.resolve_name(spec["param_groups"]) if spec["param_groups"] else None
     groups = rule(list(net.named_parameters())) if rule else [{"params": list(net.parameters())}]
@@ -202,7 +211,8 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             if "first_batch" not in marks:
                 marks["first_batch"] = time.time()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss = loss_of(net((x - mean) / std if stats else x), y)
+            with autocast():
+                loss = loss_of(net((x - mean) / std if stats else x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if spec["clip"]:
@@ -211,12 +221,13 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
             scheduler.step()
             if "first_step_end" not in marks:
                 marks["first_step_end"] = time.time()
+        _synchronize()  # a GPU's queued steps are part of the epoch's training
         marks["train_end"].append(time.time())
         marks["faults"][-1].append(_faults())
         marks["cpu"][-1] += [time.thread_time()] * 2
         val_start = time.time()
         net.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             outputs, targets = [], []
             for x, y in val_loader:
                 x = x.to(device, non_blocking=True)
@@ -227,6 +238,21 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
         marks["cpu"][-1].append(time.thread_time())
     marks["end"] = time.time()
     return _result("reference", workload, batch_size, steps, marks, val_metric)
+
+
+def _peak_flops(precision: str) -> float | None:
+    """The device's peak FLOP/s for the precision's matmuls (Lightning's table of GPUs), None on a CPU."""
+    if not torch.cuda.is_available():
+        return None
+    from lightning.fabric.utilities.throughput import get_available_flops
+
+    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else None
+    return get_available_flops(torch.device("cuda"), dtype or torch.float32)
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _flops_per_step(task: Any, batch: torch.Tensor) -> int:
@@ -303,7 +329,9 @@ def _clock(marks: dict[str, Any]) -> Any:
         def on_train_batch_start(self, *_: object) -> None:
             marks.setdefault("first_batch", time.time())
 
-        def on_train_batch_end(self, *_: object) -> None:
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if args[-1] == trainer.num_training_batches - 1:  # batch_idx: the epoch's last step, finished on a GPU
+                _synchronize()
             marks.setdefault("first_step_end", time.time())
             self.last_batch_end, self.last_batch_end_cpu = time.time(), time.thread_time()
 
@@ -686,7 +714,8 @@ def _one(kind: str, config: str, workload: str, epochs: int | None, spec: Path, 
     t0 = time.time()
     out = subprocess.run(
         [sys.executable, __file__, "--one", kind, "--config", config, "--workload", workload, "--t0", repr(t0),
-         "--spec", str(spec), "--out", results, *(["--epochs", str(epochs)] if epochs else [])],
+         "--spec", str(spec), "--out", results, *(["--epochs", str(epochs)] if epochs else []),
+         f"--run-args={shlex.join(RUN_ARGS)}"],  # "=": argparse takes no separate value that starts with "-"
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     if out.returncode != 0:
@@ -707,12 +736,19 @@ def main() -> None:
     parser.add_argument("--table-rows", type=int, default=1_000_000, help="table-loading workload's rows (0: skip)")
     parser.add_argument("--finetune-steps", type=int, default=30,
                         help="fine-tuning steps (benchmarks/finetune.py, needs the hf extra; 0: skip)")  # fmt: skip
+    parser.add_argument(
+        "--run-args",
+        default="",
+        help="flags for every run, e.g. --run-args='--trainer.precision=bf16-mixed --model.compile=true' (the "
+        "hand-written loop autocasts and compiles as they say)",
+    )
     parser.add_argument("--one", choices=["template", "lightning", "reference", "parts", "table"],
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--t0", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    RUN_ARGS[:] = shlex.split(args.run_args)
     if args.one:  # a child: one run, its result as the last line of stdout
         if args.one == "template":
             print(json.dumps(run_template(args.config, args.workload, args.epochs, args.t0, f"{args.out}/logs")))
@@ -738,15 +774,21 @@ def main() -> None:
             spec = Path(scratch) / "spec.pt"
             write_spec(args.config, workload, args.epochs, spec)
             facts = {k: v for k, v in torch.load(spec, weights_only=True).items()
-                     if k in ("flops_per_step", "tokens_per_sample", "batch_size")}  # fmt: skip
+                     if k in ("flops_per_step", "tokens_per_sample", "batch_size", "precision", "compile")}  # fmt: skip
             for _ in range(args.repeats):
                 for kind in kinds:
                     results[kind].append(_one(kind, args.config, workload, args.epochs, spec, args.out))
         runs += [r for kind in kinds for r in results[kind]]
         summary = {kind: _summarise(rs) for kind, rs in results.items()}
         ref, bare, tpl = summary["reference"], summary["lightning"], summary["template"]
+        peak = _peak_flops(facts["precision"])
         rows.append({
             "workload": workload, **summary, "steps_per_epoch": results["template"][0]["steps_per_epoch"],
+            "precision": facts["precision"], "compile": facts["compile"], "batch_size": facts["batch_size"],
+            # Model FLOPs utilisation: the step's FLOPs (3 x the forward's) at the measured step rate over the
+            # device's peak for the precision (Lightning's table of GPUs; none for a CPU).
+            **{f"{kind}_mfu": facts["flops_per_step"] * 1e3 / summary[kind]["step_ms"]["median"] / peak
+               for kind in kinds if peak},
             "step_overhead_ms": tpl["step_ms"]["median"] - ref["step_ms"]["median"],
             "step_overhead_pct": 100 * (tpl["step_ms"]["median"] / ref["step_ms"]["median"] - 1),
             "epoch_overhead_ms": tpl["epoch_fixed_ms"]["median"] - ref["epoch_fixed_ms"]["median"],
@@ -765,7 +807,7 @@ def main() -> None:
     for workload in args.parts:
         out = subprocess.run(
             [sys.executable, __file__, "--one", "parts", "--config", args.config, "--workload", workload,
-             "--repeats", str(args.repeats), "--out", args.out],
+             "--repeats", str(args.repeats), "--out", args.out, f"--run-args={args.run_args}"],
             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )  # fmt: skip
         if out.returncode != 0:
@@ -799,6 +841,11 @@ def main() -> None:
               f"run-to-run spread {row['noise_pct']:.1f}%; data path alone "
               f"{row['data_path_batches_per_sec']:.0f} batches/s; {row['flops_per_step']:.3g} FLOPs per step "
               f"(3 x the forward's: FlopCounterMode)")  # fmt: skip
+        if "template_mfu" in row:
+            print(
+                f"  => MFU ({row['precision']}, compile {row['compile']}): template {row['template_mfu']:.1%}, "
+                f"hand-written loop {row['reference_mfu']:.1%}, bare Lightning {row['lightning_mfu']:.1%}"
+            )
         if "template_tokens_per_sec" in row:
             mine, loop = row["template_tokens_per_sec"], row["reference_tokens_per_sec"]
             print(f"  => tokens/s: template {mine:.0f}, hand-written loop {loop:.0f} ({mine / loop:.2f}x), bare "
@@ -853,6 +900,7 @@ def main() -> None:
         finetune_workload.report(finetune)
     path = out / f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps({"device": device, "torch": torch.__version__, "python": platform.python_version(),
+                                "run_args": args.run_args,
                                 "rows": rows, "parts": parts, "runs": runs, "checkpoint_stall": stall,
                                 "table_loading": table, "finetune": finetune},
                                indent=2))  # fmt: skip

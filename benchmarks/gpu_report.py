@@ -5,8 +5,10 @@ an issue and one JSON file (``<out>/gpu-<time>.json``).
   from their run directories: step time and samples/s (medians over the logged windows after the first, which
   holds the warm-up), the time from the start of ``fit`` to the first logged step (compilation included), peak
   memory, the fraction of time spent waiting for data, and the test score.
-- The bench's template against the hand-written loop on the same device (its newest ``bench-*.json`` in ``out``),
-  and its fine-tuning row where it ran one.
+- The bench's template against the hand-written loop on the same device, a row per workload of each
+  ``bench-*.json`` in ``out`` (the check runs one in bf16-mixed and one in bf16-mixed with compile): samples/s, or
+  tokens/s for a token task, of each, and their MFU (the step's FLOPs over the GPU's peak for the precision); and
+  the fine-tuning row where the bench ran one.
 
     python benchmarks/gpu_report.py --logs logs/gpu-check --out benchmarks/results
 """
@@ -71,13 +73,17 @@ def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def report(logs: Path, out: Path, command: str, last: int | None = None) -> dict[str, Any]:
+def report(
+    logs: Path, out: Path, command: str, last: int | None = None, last_benches: int | None = None
+) -> dict[str, Any]:
     runs = sorted(logs.glob("version_*"), key=lambda p: int(p.name.split("_")[1]))[-last if last else 0 :]
     if not runs:
         raise SystemExit(f"error: --logs {logs}: no run directories (version_*) to report on.")
     fits = [fit_row(run) for run in runs]
-    benches = sorted(out.glob("bench-*.json"))
-    bench = json.loads(benches[-1].read_text()) if benches else None
+    benches = [
+        json.loads(p.read_text()) for p in sorted(out.glob("bench-*.json"))[-last_benches if last_benches else 0 :]
+    ]
+    bench = benches[-1] if benches else None
     machine, versions = fits[0]["machine"], fits[0]["versions"]
     device = ", ".join(g["name"] for g in machine.get("gpus") or []) or f"CPU, {machine['cpus']} cores"
     now = datetime.now(timezone.utc)
@@ -90,14 +96,21 @@ def report(logs: Path, out: Path, command: str, last: int | None = None) -> dict
               f"{_cell(f['samples_per_sec'], '.0f')} | {_cell(f['first_logged_step_s'], '.1f')} "
               f"({f['first_logged_step']}) | {_cell(f['peak_memory_mb'], '.0f')} ({f['memory_kind']}) | "
               f"{_cell(f['data_wait'], '.1%')} | {f['test_metric']} {_cell(f['test_score'], '.4f')} |")  # fmt: skip
-    if bench:
+    if benches:
         print()
-        _header("bench workload (fp32)", "hand-written loop step ms", "template step ms", "overhead",
-                "first step s, loop / template")  # fmt: skip
-        for row in bench["rows"]:
+        _header("bench workload", "precision", "compile", "hand-written loop", "template", "template / loop",
+                "MFU loop / template", "step ms loop / template", "first step s loop / template")  # fmt: skip
+        for row in (row for b in benches for row in b["rows"]):
             ref, tpl = row["reference"], row["template"]
-            print(f"| {row['workload']} | {ref['step_ms']['median']:.2f} | {tpl['step_ms']['median']:.2f} | "
-                  f"{row['step_overhead_pct']:+.1f}% | {ref['first_step_s']['median']:.2f} / "
+            if "template_tokens_per_sec" in row:
+                unit, loop, mine = "tokens/s", row["reference_tokens_per_sec"], row["template_tokens_per_sec"]
+            else:
+                unit = "samples/s"
+                loop, mine = (row["batch_size"] * 1e3 / r["step_ms"]["median"] for r in (ref, tpl))
+            mfu = "-" if "template_mfu" not in row else f"{row['reference_mfu']:.1%} / {row['template_mfu']:.1%}"
+            print(f"| {row['workload']} | {row['precision']} | {row['compile']} | {loop:.0f} {unit} | "
+                  f"{mine:.0f} {unit} | {mine / loop:.2f}x | {mfu} | {ref['step_ms']['median']:.2f} / "
+                  f"{tpl['step_ms']['median']:.2f} | {ref['first_step_s']['median']:.2f} / "
                   f"{tpl['first_step_s']['median']:.2f} |")  # fmt: skip
     if bench and bench.get("finetune"):  # benchmarks/finetune.py's SFT row
         tuned = bench["finetune"]["medians"]
@@ -107,7 +120,7 @@ def report(logs: Path, out: Path, command: str, last: int | None = None) -> dict
             memory = m.get("cuda_peak_mb", m["peak_rss_mb"])
             print(f"| {kind} | {m['tokens_per_sec']:.0f} | {memory:.0f} | {_cell(m.get('mfu'), '.1%')} |")
     result = {"date": f"{now:%Y-%m-%d %H:%M} UTC", "device": device, "versions": versions, "command": command,
-              "fits": fits, "bench": bench}  # fmt: skip
+              "fits": fits, "bench": bench, "benches": benches}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"gpu-{now:%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps(result, indent=2))
@@ -121,8 +134,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="where the bench wrote bench-*.json; gpu-*.json goes there too")
     parser.add_argument("--command", default="scripts/gpu_check.sh", help="the command to name in the report")
     parser.add_argument("--last", type=int, default=None, help="only the newest N runs (this check's own)")
+    parser.add_argument("--last-benches", type=int, default=None, help="only the newest N bench-*.json (the check's)")
     args = parser.parse_args()
-    report(Path(args.logs), Path(args.out), args.command, args.last)
+    report(Path(args.logs), Path(args.out), args.command, args.last, args.last_benches)
 
 
 if __name__ == "__main__":

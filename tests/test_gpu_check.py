@@ -44,8 +44,12 @@ def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> N
         assert all(fit[k] is not None for k in ("step_ms", "samples_per_sec", "first_logged_step_s",
                                                  "peak_memory_mb", "data_wait", "test_score")), fit  # fmt: skip
         assert fit["step_ms"] > 0 and 0 <= fit["data_wait"] <= 1 and fit["test_metric"] == "test/acc"
-    assert [row["workload"] for row in report["bench"]["rows"]] == ["default"]
-    assert "| precision | compile | step ms |" in out and "| bench workload (fp32) |" in out
+    # The bench in bf16-mixed with a compiled net: the template and its hand-written loop both (the loop autocasts
+    # and compiles as the flags say), one row with both throughputs.
+    assert [(r["workload"], r["precision"], r["compile"]) for r in report["bench"]["rows"]] == [
+        ("default", "bf16-mixed", "eager")]  # fmt: skip
+    assert "| precision | compile | step ms |" in out and "| bench workload | precision | compile |" in out
+    assert "| default | bf16-mixed | eager |" in out
     assert "paste the tables above into an issue, with the command: scripts/gpu_check.sh --cpu" in out
 
 
