@@ -137,7 +137,7 @@ def write_spec(config: str, workload: str, epochs: int | None, path: Path, limit
         "weight_decay": optimizer.weight_decay, "betas": list(optimizer.betas), "fused": optimizer.get("fused"),
         "clip": trainer.gradient_clip_val,
         "deterministic": trainer.deterministic, "precision": str(trainer.precision),
-        "compile": cli.config.model.init_args.get("compile", False),
+        "compile": model.get("compile", False),
         "batch_size": dm.hparams["batch_size"], "drop_last": dm.hparams["drop_last"],
         "seed": cli.config.seed_everything, "epochs": epochs or WORKLOADS[workload]["epochs"], "limit": limit,
         # For the bare Lightning fit: the same classes and arguments, built by hand (no CLI, callbacks or logger).
@@ -246,8 +246,9 @@ def _peak_flops(precision: str) -> float | None:
         return None
     from lightning.fabric.utilities.throughput import get_available_flops
 
-    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else None
-    return get_available_flops(torch.device("cuda"), dtype or torch.float32)
+    from project.engine.monitor import compute_dtype
+
+    return get_available_flops(torch.device("cuda"), compute_dtype(precision))
 
 
 def _synchronize() -> None:
@@ -329,8 +330,8 @@ def _clock(marks: dict[str, Any]) -> Any:
         def on_train_batch_start(self, *_: object) -> None:
             marks.setdefault("first_batch", time.time())
 
-        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
-            if args[-1] == trainer.num_training_batches - 1:  # batch_idx: the epoch's last step, finished on a GPU
+        def on_train_batch_end(self, trainer: L.Trainer, module: Any, outputs: Any, batch: Any, index: int) -> None:
+            if index == trainer.num_training_batches - 1:  # the epoch's last step: finished on a GPU
                 _synchronize()
             marks.setdefault("first_step_end", time.time())
             self.last_batch_end, self.last_batch_end_cpu = time.time(), time.thread_time()

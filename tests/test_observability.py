@@ -309,3 +309,14 @@ def test_training_steps_make_no_host_device_sync(tmp_path: Path) -> None:
     fit(tmp_path, "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.precision=bf16-mixed",
         "--trainer.log_every_n_steps=50", "--trainer.max_epochs=1", "--trainer.callbacks+=probes.NoSyncSteps",
         configs=(DIGITS,))  # fmt: skip
+
+
+def test_mfu_is_measured_against_the_peak_of_the_dtype_the_matmuls_run_in() -> None:
+    from project.engine.monitor import compute_dtype
+
+    # Mixed precisions keep float32 weights while their matmuls run in half precision: the weights' dtype would
+    # judge a bf16-mixed run against the float32 peak (an H100's is ~15x below its bfloat16 one).
+    expected = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16,
+                "16-true": torch.float16, "32-true": torch.float32, "64-true": torch.float64,
+                "transformer-engine": torch.float32}  # fmt: skip
+    assert {precision: compute_dtype(precision) for precision in expected} == expected

@@ -25,6 +25,14 @@ def is_logging_step(trainer: L.Trainer) -> bool:
     return every > 0 and (trainer.global_step + 1) % every == 0
 
 
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype a Lightning precision's matmuls run in (bf16-mixed and bf16-true: bfloat16; 16-*: float16; 64-true:
+    float64; else float32), the one whose peak MFU is measured against: under a mixed precision the weights stay
+    float32 while the matmuls run in half precision."""
+    dtypes = {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}
+    return dtypes.get(precision.split("-")[0], torch.float32)
+
+
 @defined_hooks_only
 class TrainingMonitor(L.Callback):
     """Logs, on the steps the logger writes (``trainer.log_every_n_steps``), averaged over the steps since the last:
@@ -34,7 +42,8 @@ class TrainingMonitor(L.Callback):
       task that counts tokens (``Task.counted``), ``train/tokens_per_sec`` and ``train/tokens_per_sec_global`` too
       (counted tokens: padding excluded);
     - ``train/flops_per_sec``: the FLOPs of one training batch (``_count_flops``, once, at the first batch) times the
-      batches per second; on a GPU whose peak Lightning knows (``get_available_flops``), ``train/mfu`` too;
+      batches per second; on a GPU whose peak Lightning knows (``get_available_flops``), ``train/mfu`` too,
+      against the peak of the dtype the precision's matmuls run in (``compute_dtype``: bf16-mixed, bfloat16's);
     - ``train/grad_norm``: the total gradient norm before clipping (after accumulation and AMP unscaling);
     - ``train/data_wait``: the fraction of wall time spent waiting for the next batch from the DataLoader
       (timed inside the loader when it offers ``wait_seconds``, as ``ResumableDataLoader`` does; otherwise the
@@ -88,7 +97,7 @@ class TrainingMonitor(L.Callback):
         if pl_module.device.type == "cuda":
             from lightning.fabric.utilities.throughput import get_available_flops
 
-            self._peak_flops = get_available_flops(pl_module.device, next(pl_module.parameters()).dtype)
+            self._peak_flops = get_available_flops(pl_module.device, compute_dtype(str(pl_module.trainer.precision)))
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         now = time.perf_counter()
