@@ -83,7 +83,6 @@ def report(
     benches = [
         json.loads(p.read_text()) for p in sorted(out.glob("bench-*.json"))[-last_benches if last_benches else 0 :]
     ]
-    bench = benches[-1] if benches else None
     machine, versions = fits[0]["machine"], fits[0]["versions"]
     device = ", ".join(g["name"] for g in machine.get("gpus") or []) or f"CPU, {machine['cpus']} cores"
     now = datetime.now(timezone.utc)
@@ -112,15 +111,16 @@ def report(
                   f"{mine:.0f} {unit} | {mine / loop:.2f}x | {mfu} | {ref['step_ms']['median']:.2f} / "
                   f"{tpl['step_ms']['median']:.2f} | {ref['first_step_s']['median']:.2f} / "
                   f"{tpl['first_step_s']['median']:.2f} |")  # fmt: skip
-    if bench and bench.get("finetune"):  # benchmarks/finetune.py's SFT row
-        tuned = bench["finetune"]["medians"]
+    finetune = next((b["finetune"] for b in benches if b.get("finetune")), None)  # the SFT row, where a bench ran it
+    if finetune:
+        tuned = finetune["medians"]
         print()
         _header("fine-tuning (SFT, fp32)", "assistant tokens/s", "peak memory MB", "MFU")
         for kind, m in tuned.items():
             memory = m.get("cuda_peak_mb", m["peak_rss_mb"])
             print(f"| {kind} | {m['tokens_per_sec']:.0f} | {memory:.0f} | {_cell(m.get('mfu'), '.1%')} |")
     result = {"date": f"{now:%Y-%m-%d %H:%M} UTC", "device": device, "versions": versions, "command": command,
-              "fits": fits, "bench": bench, "benches": benches}  # fmt: skip
+              "fits": fits, "benches": benches}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"gpu-{now:%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps(result, indent=2))

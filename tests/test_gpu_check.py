@@ -46,7 +46,7 @@ def test_the_gpu_check_script_runs_every_command_on_the_cpu(tmp_path: Path) -> N
         assert fit["step_ms"] > 0 and 0 <= fit["data_wait"] <= 1 and fit["test_metric"] == "test/acc"
     # The bench in bf16-mixed with a compiled net: the template and its hand-written loop both (the loop autocasts
     # and compiles as the flags say), one row with both throughputs.
-    assert [(r["workload"], r["precision"], r["compile"]) for r in report["bench"]["rows"]] == [
+    assert [(r["workload"], r["precision"], r["compile"]) for b in report["benches"] for r in b["rows"]] == [
         ("default", "bf16-mixed", "eager")]  # fmt: skip
     assert "| precision | compile | step ms |" in out and "| bench workload | precision | compile |" in out
     assert "| default | bf16-mixed | eager |" in out

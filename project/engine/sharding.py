@@ -17,13 +17,14 @@ def units_of(net: nn.Module) -> list[nn.Module]:
     inside = {id(m) for unit in units for m in unit.modules()}
     groups = [{id(p) for p in unit.parameters()} for unit in units]
     groups.append({id(p) for m in net.modules() if id(m) not in inside for p in m.parameters(recurse=False)})
+    names = {id(p): name for name, p in net.named_parameters(remove_duplicate=False)}
     owner: dict[int, int] = {}
     for group, ids in enumerate(groups):
-        for name, p in net.named_parameters(remove_duplicate=False):
-            if id(p) in ids and owner.setdefault(id(p), group) != group:
+        for i in ids:
+            if owner.setdefault(i, group) != group:
                 raise ConfigError(
-                    f"FSDP (configs/fsdp.yaml) cannot shard {type(net).__name__}: its parameter {name} is tied to one "
-                    "in another sharded unit. Give the net a method shard_units() returning the modules to shard "
+                    f"FSDP (configs/fsdp.yaml) cannot shard {type(net).__name__}: its parameter {names[i]} is tied to "
+                    "one in another sharded unit. Give the net a method shard_units() returning the modules to shard "
                     "one by one (e.g. its transformer blocks), with tied weights left to the net itself."
                 )
     return units
