@@ -66,7 +66,7 @@ def test_the_gpu_only_branch_names_only_what_exists() -> None:
     import bench
 
     script = (ROOT / "scripts" / "gpu_check.sh").read_text()
-    named = {w for group in re.findall(r"--(?:workloads|parts) ([\w ]+?)(?= --|\))", script) for w in group.split()}
+    named = {w for group in re.findall(r"--(?:workloads|parts) ([\w ]+?)(?= --| \$|\))", script) for w in group.split()}
     assert named and named <= set(bench.WORKLOADS), (
         f"gpu_check.sh names workloads {named}, bench has {set(bench.WORKLOADS)}"
     )

@@ -146,7 +146,7 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text(f"raise ImportError('the template\\'s package {PACKAGE} was imported')\n")
     tests = ["tests/test_config.py", "tests/test_repo_habits.py", "tests/test_readme.py",
-             "tests/test_shipped_examples.py"]  # fmt: skip
+             "tests/test_shipped_examples.py", "tests/test_gpu_check.py"]  # fmt: skip
     skipped = "not precision and not debug_overlay and not compiled and not every_command"
     if (churn / "tests" / "test_regression.py").is_file():  # every example: its configs parse; the CLI process and
         skipped += " and not warmup and not net_is_swapped"  # the fits run in the repository with fewer (~10 s)
