@@ -5,7 +5,7 @@ import os
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler, Subset
 
 from project.engine.errors import ConfigError
 from project.engine.samplers import ResumableDataLoader, ResumableSampler, UnpaddedDistributedSampler
@@ -88,9 +88,11 @@ def train_loader(datamodule: Any, state: dict[str, int] | None) -> ResumableData
     position (a resumed run's) when given."""
     world_size, rank = world_of(datamodule.trainer)
     # drop_last: with several processes the uneven tail is dropped (another each epoch), never padded with repeats.
-    sampler = ResumableSampler(
+    sampler: Sampler = ResumableSampler(
         datamodule.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=run_seed(), drop_last=True
     )
+    if _overfitting(datamodule.trainer):
+        sampler = SequentialSampler(datamodule.train_set)
     drop_last = datamodule.hparams["drop_last"]
     loader = build_loader(datamodule, datamodule.train_set, sampler, ResumableDataLoader, drop_last=drop_last)
     assert isinstance(loader, ResumableDataLoader)
@@ -117,4 +119,12 @@ def eval_loader(datamodule: Any, dataset: Dataset | None, limit: int | None = No
     world_size, rank = world_of(datamodule.trainer)
     if len(dataset) < world_size:  # type: ignore[arg-type]
         raise ConfigError(f"An evaluation split of {len(dataset)} samples cannot feed {world_size} processes.")  # type: ignore[arg-type]
+    if _overfitting(datamodule.trainer):
+        return build_loader(datamodule, dataset, SequentialSampler(dataset))  # type: ignore[arg-type]
     return build_loader(datamodule, dataset, UnpaddedDistributedSampler(dataset, world_size, rank))
+
+
+def _overfitting(trainer: Any) -> bool:
+    """``trainer.overfit_batches`` in a fit: Lightning reads every loader of it in order (the same batches each
+    epoch), and swaps in its own SequentialSampler, with a warning, where a loader has another sampler."""
+    return bool(trainer and trainer.overfit_batches and trainer.state.fn == "fit")
