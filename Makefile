@@ -166,10 +166,14 @@ contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG 
 # pip installs the lowest versions into .venv-minimum, which PYTHONPATH puts in front of .venv's (nothing in .venv
 # changes); the suite's subprocesses keep it in front too (tests/conftest.py).
 test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
-	$(BIN)/pip install -q --upgrade --no-deps --target .venv-minimum -r constraints-minimum.txt
-	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "import re; from importlib.metadata import version; \
-		print('at the minimums:', *(f'{n} {version(n)},' for n in re.findall(r'^([\w-]+)==', \
-		open('constraints-minimum.txt').read(), re.M)), 'torch', version('torch'))"
+	$(BIN)/python -c "import re; from importlib.metadata import distributions; \
+		have = {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() for d in distributions()}; \
+		lines = re.findall(r'^(([\w-]+)==\S+)$$', open('constraints-minimum.txt').read(), re.M); \
+		open('$(VENV)/minimum.txt', 'w').write(''.join(f'{pin}\n' for pin, name in lines if name.lower() in have))"
+	$(BIN)/pip install -q --upgrade --no-deps --target .venv-minimum -r $(VENV)/minimum.txt
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "from importlib.metadata import version; \
+		pins = open('$(VENV)/minimum.txt').read().split(); \
+		print('at the minimums:', *(f'{p} ({version(p.split(\"==\")[0])}),' for p in pins), 'torch', version('torch'))"
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) test-fast
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)

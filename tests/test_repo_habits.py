@@ -119,5 +119,6 @@ def test_the_minimums_ci_installs_are_the_lower_bounds_pyproject_declares() -> N
             assert declared[name] == version, (
                 f"{name}: constraints-minimum.txt {version}, pyproject.toml {declared[name]}"
             )
-    core = {Requirement(r).name.lower() for r in project["dependencies"] if ">=" in r} - {"torch"}  # CI's CPU build
-    assert core <= set(minimums), f"core bounds CI does not prove: {sorted(core - set(minimums))}"
+    # Every bound, but torch (CI's CPU build) and the extras none of whose tests is fast (found by trying).
+    unproven = set(declared) - set(minimums) - {"torch", "mlflow", "bitsandbytes", "copier"}
+    assert not unproven, f"bounds CI does not prove: {sorted(unproven)}"
