@@ -163,14 +163,15 @@ contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG 
 	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
 		--no-loadscope-reorder -m "not manual" tests/test_contract.py $(ARGS)
 
-# pip installs the lowest versions into .venv-minimum, which PYTHONPATH puts in front of .venv's (nothing in .venv
+# pip installs the lowest versions of what .venv has into .venv-minimum, which PYTHONPATH puts in front (nothing in .venv
 # changes); the suite's subprocesses keep it in front too (tests/conftest.py).
 test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
 	$(BIN)/python -c "import re; from importlib.metadata import distributions; \
 		have = {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() for d in distributions()}; \
 		lines = re.findall(r'^(([\w-]+)==\S+)$$', open('constraints-minimum.txt').read(), re.M); \
 		open('$(VENV)/minimum.txt', 'w').write(''.join(f'{pin}\n' for pin, name in lines if name.lower() in have))"
-	$(BIN)/pip install -q --upgrade --no-deps --target .venv-minimum -r $(VENV)/minimum.txt
+	rm -rf .venv-minimum  # none left from an extra installed then, and since removed
+	$(BIN)/pip install -q --no-deps --target .venv-minimum -r $(VENV)/minimum.txt
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "from importlib.metadata import version; \
 		pins = open('$(VENV)/minimum.txt').read().split(); \
 		print('at the minimums:', *(f'{p} ({version(p.split(\"==\")[0])}),' for p in pins), 'torch', version('torch'))"
