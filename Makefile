@@ -165,7 +165,7 @@ contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG 
 
 # pip installs the lowest versions of what .venv has into .venv-minimum, which PYTHONPATH puts in front (nothing in .venv
 # changes); the suite's subprocesses keep it in front too (tests/conftest.py).
-test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
+test-minimum: $(INSTALLED) ## run the tests not marked slow (and those marked minimum) at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
 	$(BIN)/python -c "import re; from importlib.metadata import distributions; \
 		have = {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() for d in distributions()}; \
 		lines = re.findall(r'^(([\w-]+)==\S+)$$', open('constraints-minimum.txt').read(), re.M); \
@@ -175,7 +175,8 @@ test-minimum: $(INSTALLED) ## run the tests not marked slow at the lowest versio
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "from importlib.metadata import version; \
 		pins = open('$(VENV)/minimum.txt').read().split(); \
 		print('at the minimums:', *(f'{p} ({version(p.split(\"==\")[0])}),' for p in pins), 'torch', version('torch'))"
-	PYTHONPATH=$(CURDIR)/.venv-minimum $(MAKE) --no-print-directory -f $(firstword $(MAKEFILE_LIST)) test-fast
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
+		--no-loadscope-reorder -m "(not slow or minimum) and not manual" $(ARGS)
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)

@@ -283,6 +283,7 @@ def test_fine_tuning_a_pretrained_model_beats_the_same_model_from_scratch(
     "refused",
 )
 @pytest.mark.slow
+@pytest.mark.minimum  # the qlora extra's bound: make test-minimum runs it
 def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
     chats_jsonl: Path, tmp_path: Path
 ) -> None:

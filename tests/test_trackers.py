@@ -74,6 +74,7 @@ def _crash_then_resume(save_dir: Path, *configs: str, args: tuple[str, ...] = ()
 
 
 @pytest.mark.slow
+@pytest.mark.minimum  # the mlflow extra's bound: make test-minimum runs it
 def test_a_run_and_its_resume_are_one_mlflow_run_with_every_step_once(
     mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
