@@ -151,32 +151,31 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder
+
 test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder --durations=15 \
-		-m "not manual" $(ARGS)
+	$(PYTEST) --durations=15 -m "not manual" $(ARGS)
 
 test-fast: $(INSTALLED) ## run the tests not marked slow
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder \
-		-m "not slow and not manual" $(ARGS)
+	$(PYTEST) -m "not slow and not manual" $(ARGS)
 
 contract: $(INSTALLED) ## the contract suite (tests/test_contract.py) on CONFIG alone, e.g. CONFIG=configs/my_gan.yaml
-	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
-		--no-loadscope-reorder -m "not manual" tests/test_contract.py $(ARGS)
+	PROJECT_CONTRACT_CONFIG=$(CONFIG) $(PYTEST) -m "not manual" tests/test_contract.py $(ARGS)
 
 # pip installs the lowest versions of what .venv has into .venv-minimum, which PYTHONPATH puts in front (nothing in .venv
 # changes); the suite's subprocesses keep it in front too (tests/conftest.py).
 test-minimum: $(INSTALLED) ## run the tests not marked slow (and those marked minimum) at the lowest versions pyproject.toml admits (constraints-minimum.txt; CI does)
 	$(BIN)/python -c "import re; from importlib.metadata import distributions; \
 		have = {re.sub(r'[-_.]+', '-', d.metadata['Name']).lower() for d in distributions()}; \
-		lines = re.findall(r'^(([\w-]+)==\S+)$$', open('constraints-minimum.txt').read(), re.M); \
-		open('$(VENV)/minimum.txt', 'w').write(''.join(f'{pin}\n' for pin, name in lines if name.lower() in have))"
+		lines = re.findall(r'^(([\w.-]+)==\S+)$$', open('constraints-minimum.txt').read(), re.M); \
+		open('$(VENV)/minimum.txt', 'w').write(''.join(f'{pin}\n' for pin, name in lines \
+		if re.sub(r'[-_.]+', '-', name).lower() in have))"
 	rm -rf .venv-minimum  # none left from an extra installed then, and since removed
 	$(BIN)/pip install -q --no-deps --target .venv-minimum -r $(VENV)/minimum.txt
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -c "from importlib.metadata import version; \
 		pins = open('$(VENV)/minimum.txt').read().split(); \
 		print('at the minimums:', *(f'{p} ({version(p.split(\"==\")[0])}),' for p in pins), 'torch', version('torch'))"
-	PYTHONPATH=$(CURDIR)/.venv-minimum $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope \
-		--no-loadscope-reorder -m "(not slow or minimum) and not manual" $(ARGS)
+	PYTHONPATH=$(CURDIR)/.venv-minimum $(PYTEST) -m "(not slow or minimum) and not manual" $(ARGS)
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)

@@ -87,12 +87,13 @@ def train_loader(datamodule: Any, state: dict[str, int] | None) -> ResumableData
     """The training split's loader: this process's share, in the run seed's and the epoch's order, from ``state``'s
     position (a resumed run's) when given."""
     world_size, rank = world_of(datamodule.trainer)
-    # drop_last: with several processes the uneven tail is dropped (another each epoch), never padded with repeats.
-    sampler: Sampler = ResumableSampler(
-        datamodule.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=run_seed(), drop_last=True
-    )
+    sampler: Sampler
     if _overfitting(datamodule.trainer):
         sampler = SequentialSampler(datamodule.train_set)
+    else:  # drop_last: with several processes the uneven tail is dropped (another each epoch), never padded
+        sampler = ResumableSampler(
+            datamodule.train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=run_seed(), drop_last=True
+        )
     drop_last = datamodule.hparams["drop_last"]
     loader = build_loader(datamodule, datamodule.train_set, sampler, ResumableDataLoader, drop_last=drop_last)
     assert isinstance(loader, ResumableDataLoader)
