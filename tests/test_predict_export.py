@@ -115,3 +115,34 @@ def test_predict_warns_of_nothing_it_does_on_purpose(run: Path) -> None:
         _predict(run)
     noise = ("callbacks used to create the checkpoint", "dirpath has changed")
     assert not [str(w.message) for w in caught if any(n in str(w.message) for n in noise)]
+
+
+def _rng_states() -> tuple[torch.Tensor, object, object]:
+    import random
+
+    return torch.get_rng_state(), random.getstate(), np.random.get_state(legacy=False)["state"]["key"].tolist()
+
+
+def _same_rng(a: tuple, b: tuple) -> bool:
+    return torch.equal(a[0], b[0]) and a[1] == b[1] and a[2] == b[2]
+
+
+@pytest.mark.guarantee(
+    "a checkpoint's random state comes back only when `fit` resumes from it: `test`, `predict` and `export` of a "
+    "checkpoint leave the process's random state as the same command without the checkpoint leaves it"
+)
+def test_only_a_resumed_fit_takes_the_checkpoints_random_state(run: Path) -> None:
+    from project.engine.cli import CLI
+
+    best = run / "checkpoints" / "best.ckpt"
+    for command in ("test", "predict"):
+        # Each command seeds (seed_everything), builds the net (its init draws) and iterates a loader (a draw for
+        # its base seed): with and without the checkpoint the same draws, so the same state after, unless loading
+        # the checkpoint put the training run's saved state in place.
+        CLI([command, "--config", str(run / "config.yaml")])
+        without = _rng_states()
+        CLI([command, "--config", str(run / "config.yaml"), f"--ckpt_path={best}"])
+        assert _same_rng(_rng_states(), without), f"{command} with --ckpt_path changed the random state"
+    before = _rng_states()
+    export(best)
+    assert _same_rng(_rng_states(), before), "export changed the random state"

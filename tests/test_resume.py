@@ -156,3 +156,29 @@ def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     assert [lrs[0] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
     assert [lrs[1] for lrs in recorder.lrs] == pytest.approx(expected, rel=1e-12)
     assert recorder.lrs[0][0] > 10 * min_lr  # not left at the old plan's end
+
+
+@pytest.mark.guarantee(
+    "last.ckpt is never written inside an accumulation window: Ctrl-C during a window's first micro-batch saves "
+    "at the window's end, and the resumed run ends bitwise equal to the uninterrupted one"
+)
+@pytest.mark.slow
+def test_ctrl_c_inside_an_accumulation_window_saves_at_its_end_and_resumes_exactly(tmp_path: Path) -> None:
+    # 10 batches of an epoch in windows of 3 (3, 3, 3 and a short 1): 4 optimizer steps per epoch, 12 in all. The
+    # signal arrives as step 5's window starts (epoch 1's second window, mid-epoch): a save after its first
+    # micro-batch would hold a third of its gradient nowhere, and the resumed run would step on the other two alone.
+    flags = ("--trainer.accumulate_grad_batches=3",)
+    straight = tmp_path / "straight"
+    fit(straight, *RUN, *flags, configs=(DIGITS, _overlay(tmp_path, None, None, 0)))
+    run = tmp_path / "resumed" / "digits" / "version_0"
+    crash = {"step": 5, "signal": int(signal.SIGINT)}
+    with pytest.raises(Interrupted) as interrupted:
+        fit(tmp_path / "resumed", *RUN, *flags, configs=(DIGITS, _overlay(tmp_path, None, crash, 0)))
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert interrupted.value.step == saved["global_step"] == 6  # at the end of step 5's window, not inside it
+    fit(tmp_path / "resumed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+        configs=(str(run / "config.yaml"),))  # fmt: skip
+    expected, got = _final_weights(straight / "digits" / "version_0"), _final_weights(run)
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), f"{name} differs after resuming"
+    assert scalars(run)["train/loss"] == scalars(straight / "digits" / "version_0")["train/loss"]

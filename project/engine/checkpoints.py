@@ -180,6 +180,7 @@ def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
     from what the checkpoint keeps (its learned attributes and examples) and reads none of the training data, which
     need not be on this machine. Read with ``weights_only=True``; a ``ConfigError`` in one sentence if the file is
     missing, truncated, unsafe, or not from this project's CLI."""
+    from project.engine import rng
     from project.engine.datamodule import DataModule
     from project.engine.errors import config_error_in
     from project.engine.portable import learned_in, restoring
@@ -210,5 +211,11 @@ def load_run(checkpoint: str | Path, read_data: bool = True) -> tuple[Any, Any]:
             data = data_class.load_from_checkpoint(checkpoint, weights_only=True)
     except ValueError as err:  # e.g. the data moved since training: data.root='...': no such folder
         raise (config_error_in(err) or err) from None
-    model = task_class.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
+    # The net's initialisation draws from the global RNG before the weights replace it: a process that loads a run
+    # (export, a notebook) keeps the random state it had.
+    state = rng.capture_rng_state()
+    try:
+        model = task_class.load_from_checkpoint(checkpoint, weights_only=True, map_location="cpu").eval()
+    finally:
+        rng.restore_rng_state(state)
     return model, data
