@@ -11,9 +11,9 @@ NAME ?=
 LOGS ?= logs
 SWEEP ?= configs/sweeps/default.yaml
 WORKERS ?= 1
-# Test processes (pytest-xdist): one more than the CPU cores (many tests wait on processes they start), at most 4;
-# TEST_WORKERS=0 runs the tests in one process.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 1)")
+# Test processes (pytest-xdist): one per CPU core this process may use, however many (each test's torch gets its
+# share of them: tests/conftest.py); TEST_WORKERS=0 runs the tests in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1)")
 # Extra pip requirement installed before the project and kept while it installs (so its extras, e.g. timm's torchvision,
 # resolve against it), e.g. TORCH_SPEC=torch==2.13.0 for the small CPU build
 # (make install TORCH_SPEC=... also switches an existing .venv to it).
@@ -47,7 +47,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-fast test-minimum contract check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-all test-fast test-minimum contract check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -151,10 +151,13 @@ sweep-status: $(INSTALLED) ## SWEEP's table of trials so far, best.yaml and plot
 	$(BIN)/python -m project.engine.sweep $(SWEEP) --status $(ARGS)
 
 # --dist loadscope: a test file's tests share one process, so its module fixtures (a trained run) are built once.
-PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope --no-loadscope-reorder
+PYTEST = $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
-test: $(INSTALLED) ## run the whole test suite, slow tests included, in TEST_WORKERS processes
-	$(PYTEST) --durations=15 -m "not manual" $(ARGS)
+test: $(INSTALLED) ## what an edit to your tasks, data, nets, recipe or configs can break: the contract suite on each, the fast tests (~2 min on 2 cores)
+	$(PYTEST) --durations=10 -m "not engine and not manual" $(ARGS)
+
+test-all: test ## make test, then the engine's own proofs (DDP launches, sweeps, killed runs, SLURM, torchrun): what CI runs
+	$(PYTEST) --durations=15 -m "engine and not manual" $(ARGS)
 
 test-fast: $(INSTALLED) ## run the tests not marked slow
 	$(PYTEST) -m "not slow and not manual" $(ARGS)
@@ -178,7 +181,7 @@ test-minimum: $(INSTALLED) ## run the tests not marked slow (and those marked mi
 	PYTHONPATH=$(CURDIR)/.venv-minimum $(PYTEST) -m "(not slow or minimum) and not manual" $(ARGS)
 
 check-manual: $(INSTALLED) ## the template's own checks of its manual and its shipped examples (its CI runs them)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxprocesses=4 --dist loadscope -m manual $(ARGS)
+	$(PYTEST) -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
 	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME)) $(ARGS)

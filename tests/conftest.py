@@ -8,6 +8,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -78,7 +79,38 @@ LONGEST_FIRST = ("test_contract", "test_ddp", "test_sweep", "test_crash_safety",
                  "test_observability", "test_resume", "test_readme")  # fmt: skip
 
 
+# Files whose tests share a module-scoped parametrized fixture (the contract suite's subject): each parameter's tests
+# are a unit of their own for xdist, so the subjects run side by side on every worker instead of one file on one.
+SPLIT_BY_PARAMETER = ("test_contract",)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileOrParameter(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            if Path(nodeid.split("::")[0]).stem in SPLIT_BY_PARAMETER and nodeid.endswith("]"):
+                return f"{scope}[{nodeid.rsplit('[', 1)[1]}"
+            return scope
+
+    return ByFileOrParameter(config, log) if config.getoption("dist") == "loadscope" else None
+
+
+# The two tiers. `make test` proves what an edit to a user room can break: the fast tests, the contract suite on your
+# config and on each shipped example, the examples' own tests, the CLI as you run it. `make test-all` adds the engine's
+# own proofs, which no such edit reaches: the slow tests of these files (processes, DDP launches, sweeps, killed runs,
+# long runs on the engine's fixtures), and those marked `engine` elsewhere. Each slow test is in one tier or the other.
+ENGINE_FILES = ("test_sweep", "test_ddp", "test_crash_safety", "test_trackers", "test_shapes", "test_observability",
+                "test_trainer_flags", "test_mechanics", "test_host_work", "test_bench", "test_tokens",
+                "test_provenance", "test_pretrained", "test_tasks", "test_classification", "test_config")  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.nodeid.split("::")[0]).stem in ENGINE_FILES and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.engine)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).stem, len(rank)))
 
@@ -278,18 +310,10 @@ def run_module(
     into its working directory cannot land in the repository. ``warnings``: Python's warnings shown, as a user sees
     them (else ignored).
     """
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONWARNINGS": "default" if warnings else "ignore",
-        "PYTHONPATH": PYTHONPATH,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-    }
     proc = subprocess.Popen(
         [sys.executable, "-m", PACKAGE, *args],
         cwd=cwd or scratch_dir(),
-        env=env,
+        env=_process_env(warnings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -297,6 +321,28 @@ def run_module(
     )
     out, err = wait_or_kill(proc, timeout, f"python -m project {' '.join(args)}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _process_env(warnings: bool = False) -> dict[str, str]:
+    """The environment of a process the suite starts: one thread, loopback with a fresh port, ``tests/`` importable."""
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "default" if warnings else "ignore",
+        "PYTHONPATH": PYTHONPATH,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+
+
+def run_ranks(*args: str, cwd: Path, world_size: int = 2, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m project ...`` as ``world_size`` DDP ranks forked from an interpreter that has imported torch,
+    Lightning and the package already (tests/preloaded.py): what a task, data or net does under DDP, without the
+    ~5 s each fresh rank spends on imports. Lightning's own launcher: ``run_module``."""
+    import preloaded
+
+    env, logs = _process_env(), scratch_dir()
+    return preloaded.ranks(*args, world_size=world_size, env=env, cwd=cwd, logs=logs, timeout=timeout)
 
 
 def wait_or_kill(proc: subprocess.Popen[str], timeout: float, what: str) -> tuple[str, str]:

@@ -276,6 +276,7 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
     assert conftest.default_data_missing(root=tmp_path) is None
 
 
+@pytest.mark.slow
 @pytest.mark.guarantee(
     "what runs is what the config lists: no callback or plugin is added behind it; leaving out "
     "`AtomicCheckpointIO`, `LastCheckpoint`, `Provenance`, `TrackerRun` or the prediction writer loses its guarantee, "

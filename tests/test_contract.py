@@ -15,6 +15,7 @@ versions of each guarantee run on digits in the other test files.
 """
 
 import csv
+import functools
 import json
 import os
 import shutil
@@ -42,7 +43,7 @@ from conftest import (
     USER_DEFAULT,
     default_data_missing,
     fit,
-    run_module,
+    run_ranks,
     scalars,
 )  # fmt: skip
 from probes import Recorder
@@ -93,17 +94,27 @@ SUBJECTS = ("default",) if CONFIG != USER_DEFAULT else (
 )  # fmt: skip
 
 
-def _among(*subjects: str) -> list[Any]:
-    """Those of ``subjects`` this repository has (a test chosen for some subjects); none: one skipped, saying why."""
-    chosen = [subject for subject in subjects if subject in SUBJECTS]
+def _param(subject: str, engine: bool = False) -> Any:
+    """A subject as a parameter: the engine's own shapes (and what ``engine`` says) run in make test-all only, since
+    no edit to a user room reaches them; the user's config and each shipped example run in make test."""
+    return pytest.param(subject, marks=pytest.mark.engine) if engine or subject in SHAPES else subject
+
+
+def _among(*subjects: str, make_test: tuple[str, ...] | None = None) -> list[Any]:
+    """Those of ``subjects`` this repository has (a test chosen for some subjects), those not in ``make_test`` (when
+    given) in make test-all only; none: one skipped, saying why."""
+    chosen = [_param(s, make_test is not None and s not in make_test) for s in subjects if s in SUBJECTS]
     why = f"runs on {', '.join(subjects)} only" + (" (make contract's config is none of them)" if GIVEN else "")
     return chosen or [pytest.param("default", marks=pytest.mark.skip(reason=why))]
 
 
 EVAL = ("--trainer.limit_val_batches=4", "--trainer.num_sanity_val_steps=0")
+# The subject's short run (2 epochs of at most 6 batches, every step logged): `trained`, which the resume test also
+# takes as the uninterrupted run.
+SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=6", "--trainer.log_every_n_steps=1", *EVAL)
 
 
-@pytest.fixture(scope="module", params=SUBJECTS)
+@pytest.fixture(scope="module", params=[_param(subject) for subject in SUBJECTS])
 def subject(
     request: pytest.FixtureRequest,
     image_folder: Path,
@@ -157,11 +168,11 @@ def _has_batchnorm(cli: CLI) -> bool:
 
 @pytest.fixture(scope="module")
 def trained(subject: tuple[str, ...], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CLI]:
-    """A short run of the subject (2 epochs of at most 10 batches), tested on the whole test split."""
+    """A short run of the subject (SHORT), tested on the whole test split."""
     save_dir, before = tmp_path_factory.mktemp("trained"), Path.cwd()
     os.chdir(ROOT if CONFIG in subject else save_dir)  # as _relative_paths_mean_what_they_mean_for_make
     try:
-        cli = _fit(save_dir, subject, "--trainer.max_epochs=2", "--trainer.limit_train_batches=10", *EVAL)
+        cli = _fit(save_dir, subject, *SHORT)
     finally:
         os.chdir(before)
     return Path(cli.trainer.log_dir), cli
@@ -401,7 +412,7 @@ def test_fit_learns_one_batch_by_heart(subject: tuple[str, ...], tmp_path: Path)
     task's must fall, within 60, below the entropy of the batch's target frequencies: the lowest loss a predictor
     that ignores its inputs can reach on that batch (a language model's unigram loss), so only a net that reads its
     context passes (a halving of ln(vocabulary) is no such line: it is about the unigram loss of text)."""
-    task = CLI(list(subject), run=False).model
+    task = _configured(subject).model
     _unless_waived(task, "learns_one_batch_by_heart")
     tokens = task.counted == "tokens"
     steps = 60 if tokens else 30
@@ -423,14 +434,14 @@ def test_fit_learns_one_batch_by_heart(subject: tuple[str, ...], tmp_path: Path)
     assert max(losses[-5:]) < unigram < losses[0], (unigram, losses)
 
 
-def test_a_run_interrupted_mid_epoch_resumes_bit_for_bit(subject: tuple[str, ...], tmp_path: Path) -> None:
-    short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=6", "--trainer.log_every_n_steps=1", *EVAL)
-    straight = _fit(tmp_path / "straight", subject, *short)
+def test_a_run_interrupted_mid_epoch_resumes_bit_for_bit(trained: tuple[Path, CLI], subject: tuple[str, ...],
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    _, straight = trained  # the uninterrupted run
     per_epoch = int(straight.trainer.num_training_batches)  # 6, or fewer on a small split
     assert per_epoch >= 2 and straight.trainer.global_step == 2 * per_epoch
     # Ctrl-C as the middle step of epoch 1 starts: last.ckpt at the next step boundary, then `make resume`.
     with pytest.raises(Interrupted):
-        _fit(tmp_path / "resumed", subject, *short, "--trainer.callbacks+=probes.CrashAt",
+        _fit(tmp_path / "resumed", subject, *SHORT, "--trainer.callbacks+=probes.CrashAt",
              f"--trainer.callbacks.step={per_epoch + per_epoch // 2}", "--trainer.callbacks.signal=2")  # fmt: skip
     run = next((tmp_path / "resumed").glob("*/version_0"))
     resumed = fit(tmp_path / "resumed", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
@@ -453,12 +464,15 @@ def _unless_waived(task: Task, promise: str) -> None:
         pytest.skip(f"{type(task).__name__} cannot promise {promise}: {task.cannot_promise[promise]}")
 
 
-def _net_of(subject: tuple[str, ...]) -> torch.nn.Module:
-    return CLI(list(subject), run=False).model.net
+@functools.cache
+def _configured(subject: tuple[str, ...]) -> CLI:
+    """The subject's task and DataModule as configured, built once per test process: for what a test only reads of
+    them (what the task declares, its net's kind); a test that trains or evaluates them builds its own."""
+    return CLI(list(subject), run=False)
 
 
 def _recorded(save_dir: Path, subject: tuple[str, ...], *args: str) -> Recorder:
-    task = CLI(list(subject), run=False).model
+    task = _configured(subject).model
     if not task.automatic_optimization:
         pytest.skip(f"{type(task).__name__} steps its optimizers itself (manual optimization), which Lightning "
                     "cannot accumulate for: a run refuses trainer.accumulate_grad_batches > 1")  # fmt: skip
@@ -481,7 +495,7 @@ def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: P
     # A net that computes some of its forward in float32 whatever the precision (transformers' RMSNorm, RoPE and
     # softmax: `float32_inside`) rounds at float32's 6e-8 there: the gradients then agree to about 1e-6 of their
     # largest element (1e-5 allows for depth), while a missing or doubled micro-batch moves them by about half of it.
-    float32_inside = getattr(_net_of(subject), "float32_inside", False)
+    float32_inside = getattr(_configured(subject).model.net, "float32_inside", False)
     for step, (a, b) in enumerate(zip(small.grads, large.grads, strict=True)):
         rtol, atol = (0.0, 1e-5 * b.abs().max().item()) if float32_inside else (1e-9, 1e-11)
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m, s=step: f"gradient of step {s}: {m}")
@@ -494,7 +508,7 @@ def test_accumulation_equals_the_big_batch(subject: tuple[str, ...], tmp_path: P
 # 1 x 2B there. On two named inputs: a dict of tensors per sample, collated and normalised per name.
 @pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "two_inputs"), indirect=True)
 def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...], tmp_path: Path) -> None:
-    task = CLI(list(subject), run=False).model
+    task = _configured(subject).model
     _unless_waived(task, "two_processes_equal_one")
     # Several optimizers: each step leaves the other parts' parameters unused, which plain DDP refuses.
     unused = ["--trainer.strategy=ddp_find_unused_parameters_true"] if len(task.optimizers_of_parts or {}) > 1 else []
@@ -505,9 +519,9 @@ def test_two_processes_equal_one_on_the_combined_batch(subject: tuple[str, ...],
                   "--data.batch_size=8")  # fmt: skip
     if _has_batchnorm(single):
         pytest.skip("the net has BatchNorm: 2 x B equals 1 x 2B only with trainer.sync_batchnorm, which needs GPUs")
-    ddp = run_module("fit", *subject, "--config", str(ROOT / "configs" / "ddp.yaml"), *common, *unused,
-                     f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
-                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
+    ddp = run_ranks("fit", *subject, "--config", str(ROOT / "configs" / "ddp.yaml"), *common, *unused,
+                    f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=4",
+                    f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=Path.cwd())  # fmt: skip
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
     ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
@@ -758,7 +772,10 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     "both notebooks run top to bottom on a real kernel on what `configs/default.yaml` selects (02 also training a "
     "tiny run when there is none, and on a regression and a segmentation run); committed without outputs"
 )
-@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "gan"), indirect=True)
+# On the user's config in make test; the other shapes (a regressor's, a segmenter's, a GAN's) in make test-all.
+@pytest.mark.parametrize(
+    "subject", _among("default", "regression", "segmentation", "gan", make_test=("default",)), indirect=True
+)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text
@@ -778,7 +795,7 @@ def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None
     "the inspect notebook on a copied run without its data scores the 32 test inputs the checkpoint keeps (the "
     "task's judged metric, equal to the one computed with the data) and says so"
 )
-@pytest.mark.parametrize("subject", _among("regression"), indirect=True)
+@pytest.mark.parametrize("subject", _among("regression", make_test=()), indirect=True)
 def test_the_inspect_notebook_scores_a_copied_run_on_the_test_inputs_its_checkpoint_keeps(
     trained: tuple[Path, CLI], tmp_path: Path
 ) -> None:

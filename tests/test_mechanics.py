@@ -137,6 +137,7 @@ def test_the_engine_trains_without_the_recipe_file(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.guarantee(
     "the optimizer and the schedule are the config's (`model.optimizer`: any `torch.optim` class with its own "
     "arguments, by a bare name even where another imported library has an optimizer of that name; "

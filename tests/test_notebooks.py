@@ -69,6 +69,7 @@ def test_data_and_schedule_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> Non
     assert f"targets ({dm.target_kind}): {dm.target_names}" in _text(notebook)
 
 
+@pytest.mark.engine
 @pytest.mark.slow
 def test_inspect_run_notebook_trains_a_tiny_run_when_there_is_none(tmp_path: Path) -> None:
     notebook = _execute(ROOT / "notebooks" / "02_inspect_run.ipynb", {"PROJECT_LOGS_DIR": str(tmp_path)})

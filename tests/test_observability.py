@@ -288,6 +288,7 @@ def test_each_upstream_line_the_cli_hides_is_still_printed_upstream(
     assert "💡 Tip" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(tmp_path: Path) -> None:
     """A step-based run (validations every N batches) may never end an epoch: one line per validation instead."""
     steps = ("--trainer.max_epochs=null", "--trainer.max_steps=7", "--trainer.val_check_interval=3")

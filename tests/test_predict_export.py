@@ -42,6 +42,7 @@ def _predict(run: Path, *args: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee("a malformed input file gets one sentence naming it and the expected shape")
 @pytest.mark.parametrize(
     ("content", "message"),
@@ -65,6 +66,7 @@ def test_a_malformed_input_file_gets_a_clear_error(
     assert f"data.predict_path='{path}'" in err and message in err and "Traceback" not in err
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee(
     "ONNX and torch.export models match the checkpoint (1e-4 of the outputs' scale) on the 32 test inputs the "
     "checkpoint keeps, at batch 1 and 32; a missing extra is named"
@@ -105,6 +107,7 @@ def test_export_without_the_extra_says_which_to_install(run: Path, monkeypatch: 
         export(run / "checkpoints" / "best.ckpt")
 
 
+@pytest.mark.engine
 def test_predict_warns_of_nothing_it_does_on_purpose(run: Path) -> None:
     # Predict leaves the run's checkpoint callbacks out (so they neither restore nor write anything): Lightning's
     # warnings that they are missing, or that their directory changed, would be noise on every predict.

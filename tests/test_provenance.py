@@ -208,6 +208,7 @@ def test_make_runs_lists_every_run_from_the_records_alone(logs: Path) -> None:
     assert len(table(logs, "early").splitlines()) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.guarantee(
     "`make runs` shows the config keys that differ with the recipe's (model.*) first, then the trainer's and the "
     "data's, and says how many more differ than it shows"

@@ -91,6 +91,7 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee(
     "a resumed run ends bitwise equal to the uninterrupted one (weights, LR and losses per step): epoch boundary, "
     "mid-epoch with 0/2 workers, mid-epoch with an augmentation drawing from NumPy's and Python's RNGs, Ctrl-C, "
@@ -126,6 +127,7 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
     assert [s for s, _ in a["train/loss"]] == list(range(EPOCHS * BATCHES))
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee(
     "a run resumed to train longer follows, from the resume on, the LR closed form of a run planned for the new length"
 )

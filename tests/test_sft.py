@@ -118,6 +118,7 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
         torch.testing.assert_close(reloaded(input_ids=x).logits, model.eval()(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee(
     "SFT on 2 DDP processes x 4 chats gets the gradient of 1 process x 8 (every optimizer step: the assistant's "
     "tokens weigh the same whichever process holds them, the prompts' masked tokens count for nothing), to the "
@@ -323,6 +324,7 @@ def test_qlora_trains_adapters_on_a_4bit_base_and_merges_into_a_bfloat16_reload(
     assert (adapted - without).abs().max() > 2**-3 * scale  # and the adapter matters more than that rounding
 
 
+@pytest.mark.engine
 @pytest.mark.guarantee(
     "full fine-tuning of a Hugging Face model under FSDP2 (configs/fsdp.yaml) shards the blocks the model names "
     "(`_no_split_modules`) and keeps tied embeddings whole: 2 processes x 4 chats get the gradient of 1 process x 8 "

@@ -497,6 +497,7 @@ def test_a_lost_machine_costs_one_trial_and_the_other_finishes_the_study(
     assert len(set(proposed)) == len(proposed)
 
 
+@pytest.mark.slow
 @pytest.mark.guarantee(
     "two machines on one PostgreSQL study, one lost mid-trial (its worker and trial SIGKILLed): the other fails its "
     "trial once it stops beating, runs its values again, and finishes exactly the sweep's trials"
