@@ -772,10 +772,8 @@ def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[P
     "both notebooks run top to bottom on a real kernel on what `configs/default.yaml` selects (02 also training a "
     "tiny run when there is none, and on a regression and a segmentation run); committed without outputs"
 )
-# On the user's config in make test; the other shapes (a regressor's, a segmenter's, a GAN's) in make test-all.
-@pytest.mark.parametrize(
-    "subject", _among("default", "regression", "segmentation", "gan", make_test=("default",)), indirect=True
-)
+# A kernel is a fresh interpreter (~8 s a run): in make test-all, on the user's config as on the other shapes.
+@pytest.mark.parametrize("subject", _among("default", "regression", "segmentation", "gan", make_test=()), indirect=True)
 def test_the_inspect_notebook_runs_on_the_run(trained: tuple[Path, CLI]) -> None:
     from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text

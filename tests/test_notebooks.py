@@ -52,6 +52,7 @@ def _images(notebook: nbformat.NotebookNode) -> int:
     return sum("image/png" in o.get("data", {}) for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
 
 
+@pytest.mark.engine
 @pytest.mark.slow
 def test_data_and_schedule_notebook_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     # The notebook shows what configs/default.yaml selects, whatever that is: the expectation comes from there too,

@@ -43,6 +43,7 @@ from project.engine.task import Task
 from project.engine.tracking import TrackerRun, fill_in, require_extra
 
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Lightning resolves itself
+_LINKED_FROM_DATA = ("target_names",)  # the task's arguments that add_arguments_to_parser links from the data
 quiet.hide_upstream_lines()
 
 
@@ -102,7 +103,15 @@ class CLI(LightningCLI):
             # New inputs need only what the data taught, which the checkpoint keeps: the training data is not read.
             self._learned = learned_in(checkpoint)
         before = flatten(self.config[subcommand].model.as_dict(), "model")
-        super()._parse_ckpt_path()
+        # Lightning's own reads the file a second time and parses every hyperparameter into the config, the target
+        # names included: they are linked from the data at instantiation anyway, and a language model's thousands of
+        # them were deep-copied by every later validation of the config (seconds per `make predict`).
+        hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if k not in _LINKED_FROM_DATA}
+        hparams.pop("_instantiator", None)
+        if hparams:
+            if "_class_path" in hparams:  # as Lightning stores a subclass's arguments
+                hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
         check_agrees_with_checkpoint(self.config[subcommand].model, before, ckpt_path, subcommand)
         if subcommand == "fit" and continue_in_place(self.config.fit, Path(ckpt_path), checkpoint):
             self.save_config_kwargs["overwrite"] = True
