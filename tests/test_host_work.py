@@ -139,3 +139,33 @@ def test_callbacks_that_do_nothing_on_a_step_cost_nothing_on_it(tmp_path: Path) 
     with_them = _calls_per_step(tmp_path / "all")
     assert with_them == without, f"{with_them - without} calls in 8 steps from callbacks with no per-step work"
     assert plain - without >= 8 * 6, plain - without  # six hooks a step, each at least the call itself
+
+
+OPTIONAL = ("optuna", "mlflow", "wandb", "onnx", "onnxruntime", "onnxscript", "peft", "bitsandbytes", "psycopg",
+            "nbclient", "pyarrow", "timm")  # fmt: skip
+
+
+@pytest.mark.guarantee(
+    "a run imports no optional library it does not use: a short fit of the engine's digits and its test "
+    "loads no tracker, sweep, export, fine-tuning or table library"
+)
+def test_a_run_imports_no_optional_library_it_does_not_use(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from conftest import PYTHONPATH
+
+    # A fresh interpreter (this one has imported the suite's): a fit of two steps, then its test.
+    flags = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_steps=2", "--model.warmup=0",
+             "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false"]  # fmt: skip
+    script = (
+        "import sys\nfrom project.engine.cli import CLI\n"
+        f"CLI(['fit', '--config', {DIGITS!r}, *{flags!r}])\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(done.stdout.split()[-400:])
+    assert "torch" in loaded and not loaded & set(OPTIONAL), sorted(loaded & set(OPTIONAL))
