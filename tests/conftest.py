@@ -79,9 +79,10 @@ LONGEST_FIRST = ("test_contract", "test_ddp", "test_sweep", "test_crash_safety",
                  "test_observability", "test_resume", "test_readme")  # fmt: skip
 
 
-# Files whose tests share a module-scoped parametrized fixture (the contract suite's subject): each parameter's tests
-# are a unit of their own for xdist, so the subjects run side by side on every worker instead of one file on one.
-SPLIT_BY_PARAMETER = ("test_contract",)
+# Files whose parameters are units of their own for xdist, so they run side by side instead of one file on one worker:
+# the contract suite (a parameter is a subject, whose module-scoped run its tests share) and files of long
+# parametrized tests that share no module-scoped fixture.
+SPLIT_BY_PARAMETER = ("test_contract", "test_resume", "test_trainer_flags")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
