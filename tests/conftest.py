@@ -8,14 +8,20 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
-from project.engine.cli import CLI
-from project.engine.faults import PACKAGE
-from project.engine.run_directory import read_scalars
+import project
+
+if TYPE_CHECKING:
+    import torch
+
+    from project.engine.cli import CLI
+
+# torch, Lightning and the engine are imported by the test processes, when they collect the tests, and not by
+# pytest-xdist's controller, which loads this file too: ~4.5 s before any test process could start.
+PACKAGE = project.__name__  # the package's name (a repository of your own renames it)
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "tests" / "configs" / "digits.yaml")  # the engine tests' own config
@@ -63,8 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
         threads = max(1, (os.cpu_count() or 1) // workers)
-        torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
     config.stash[_STATUS] = _git_status()
 
 
@@ -275,14 +283,18 @@ def _restore_environment() -> Iterator[None]:
 def one_thread() -> Iterator[None]:
     """torch on one thread in this process, as in the suite's subprocesses (OMP_NUM_THREADS=1): a conv's sums
     depend on the thread count, so a run here is bitwise comparable with one a subprocess began only then."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
 
-def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DIGITS,)) -> CLI:
+def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DIGITS,)) -> "CLI":
     """Run ``fit`` through the real CLI in this process, logging under ``save_dir``."""
+    from project.engine.cli import CLI
+
     argv = ["fit", *(a for c in configs for a in ("--config", c))]
     return CLI([*argv, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
 
@@ -357,11 +369,17 @@ def wait_or_kill(proc: subprocess.Popen[str], timeout: float, what: str) -> tupl
         pytest.fail(f"timed out after {timeout}s: {what}\n{(err or out or '')[-3000:]}")
 
 
-scalars = read_scalars  # every scalar series of a run directory: {tag: [(step, value), ...]}
+def scalars(run: Path | str) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of a run directory: {tag: [(step, value), ...]}."""
+    from project.engine.run_directory import read_scalars
+
+    return read_scalars(run)
 
 
-def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+def accuracy(model: "torch.nn.Module", images: "torch.Tensor", labels: "torch.Tensor") -> float:
     """Reference accuracy computed by hand, in eval mode, on the whole split at once."""
+    import torch
+
     model.eval()
     with torch.no_grad():
         return (model(images).argmax(dim=-1) == labels).float().mean().item()

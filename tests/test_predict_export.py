@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("trained")
-    fit(base, "--trainer.max_epochs=3", "--trainer.limit_train_batches=10", "--trainer.limit_test_batches=1.0",
+    fit(base, "--trainer.max_epochs=1", "--trainer.limit_train_batches=10", "--trainer.limit_test_batches=1.0",
         configs=(DIGITS, DEBUG))  # fmt: skip
     return base / "debug" / "version_0"
 
