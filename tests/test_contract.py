@@ -198,7 +198,7 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def test_the_task_and_the_datamodule_declare_their_contracts(subject: tuple[str, ...], tmp_path: Path) -> None:
-    cli = CLI(list(subject), run=False)
+    cli = _configured(subject)
     task, dm = cli.model, cli.datamodule
     assert isinstance(task, Task) and isinstance(dm, DataModule)
     # The task says how it is judged, by a metric it logs, and learns from the targets the data serves (or none).
@@ -356,7 +356,7 @@ def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject:
     """The net's forward, the task's loss and their backward, op by op as torch dispatches them (the same ops on
     a CPU and a GPU): none may lack a deterministic CUDA kernel, which would make a GPU run crash at its first step
     (e.g. bilinear upsampling in a decoder, or a mean-reduced per-pixel cross-entropy)."""
-    cli = CLI(list(subject), run=False)
+    cli = _configured(subject)
     task, dm = cli.model.train(), cli.datamodule
     dm.setup("fit")
     inputs, targets = (batches.first(t, 8) for t in dm.split_tensors("train"))
@@ -393,7 +393,7 @@ def test_an_evaluation_step_makes_the_host_wait_for_nothing(subject: tuple[str, 
             "transformers builds its attention mask after reading the padding (or the position ids, for packed "
             "sequences) on the host (masking_utils): one sync per forward, in its code"
         )
-    cli = CLI(list(subject), run=False)
+    cli = _configured(subject)
     task, dm = cli.model.eval(), cli.datamodule
     dm.setup("fit")
     inputs, targets = (batches.first(t, 8) for t in dm.split_tensors("val"))
@@ -466,8 +466,8 @@ def _unless_waived(task: Task, promise: str) -> None:
 
 @functools.cache
 def _configured(subject: tuple[str, ...]) -> CLI:
-    """The subject's task and DataModule as configured, built once per test process: for what a test only reads of
-    them (what the task declares, its net's kind); a test that trains or evaluates them builds its own."""
+    """The subject's task and DataModule as configured, built once per test process: for what a test reads of them
+    (what the task declares, its net's kind) or runs a step of by hand; a run trains a task of its own."""
     return CLI(list(subject), run=False)
 
 
