@@ -42,16 +42,14 @@ def _main(args: Sequence[str], env: dict[str, str], cwd: str, log: str) -> None:
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))  # read at import, which was the server's
     from project.engine.cli import main
 
+    code = 0
     try:
         main(list(args))
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def ranks(

@@ -43,7 +43,7 @@ from project.engine.task import Task
 from project.engine.tracking import TrackerRun, fill_in, require_extra
 
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Lightning resolves itself
-_LINKED_FROM_DATA = ("target_names",)  # the task's arguments that add_arguments_to_parser links from the data
+_LINKED_FROM_DATA = ("target_names",)  # the task's arguments linked from the data's (add_arguments_to_parser)
 quiet.hide_upstream_lines()
 
 
@@ -74,7 +74,8 @@ class CLI(LightningCLI):
             help="torch.set_float32_matmul_precision: 'high' lets float32 matmuls use TF32 on Ampere+ GPUs",
         )
         # Shapes and target names come from the data, so nobody types them twice (and they cannot disagree).
-        parser.link_arguments("data.target_names", "model.init_args.target_names", apply_on="instantiate")
+        for name in _LINKED_FROM_DATA:
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         net = "model.init_args.net.init_args"
         parser.link_arguments("data.num_outputs", f"{net}.num_outputs", apply_on="instantiate")
         parser.link_arguments("data.input_shape", f"{net}.input_shape", apply_on="instantiate")
@@ -111,7 +112,11 @@ class CLI(LightningCLI):
         if hparams:
             if "_class_path" in hparams:  # as Lightning stores a subclass's arguments
                 hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+            try:
+                self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+            except SystemExit:  # as Lightning's own says it
+                sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+                raise
         check_agrees_with_checkpoint(self.config[subcommand].model, before, ckpt_path, subcommand)
         if subcommand == "fit" and continue_in_place(self.config.fit, Path(ckpt_path), checkpoint):
             self.save_config_kwargs["overwrite"] = True
