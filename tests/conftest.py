@@ -383,3 +383,29 @@ def accuracy(model: "torch.nn.Module", images: "torch.Tensor", labels: "torch.Te
     model.eval()
     with torch.no_grad():
         return (model(images).argmax(dim=-1) == labels).float().mean().item()
+
+
+# Ops whose result the host must read before it can go on: a value (.item(), a Python `if` on a tensor) or a shape
+# that depends on the data (unique, nonzero, masked_select, bincount's length).
+HOST_SYNCS = {"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "_unique", "_unique2", "unique_dim",
+              "unique_consecutive", "masked_select", "bincount"}  # fmt: skip
+
+
+def offending_ops(offends: Any, step: Any) -> set[str]:
+    """The ops torch dispatches while ``step()`` runs (the same ops on a CPU and a GPU) for which
+    ``offends(func, args, kwargs)`` holds."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offending: set[str] = set()
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+            if offends(func, args, kwargs or {}):
+                self.offending.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Ops() as ops:
+        step()
+    return ops.offending

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from toy import Classifier, Digits
 
 from project.engine import batches
+from project.engine.divergence import DivergenceGuard
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.provenance import Provenance
 
@@ -383,3 +384,50 @@ class WeightDtypeInForward(L.Callback):
         self.hook.remove()
         if trainer.is_global_zero:
             Path(self.out).write_text(self.seen[0])
+
+
+class InfGradient(L.Callback):
+    """Puts an inf into one gradient after the backward of each optimizer step in ``steps`` (0-based: the step that
+    ``global_step`` counts then), the loss staying finite; records every parameter just before and just after each
+    such step in ``around``: {step: (before, after)}."""
+
+    def __init__(self, steps: list[int]) -> None:
+        self.steps = steps
+        self.around: dict[int, tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]] = {}
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step in self.steps and trainer.global_step not in self.around:
+            self.around[trainer.global_step] = (_copy(pl_module), {})
+            next(p for p in pl_module.parameters() if p.grad is not None).grad.view(-1)[0] = float("inf")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        step = trainer.global_step - 1  # the step just taken
+        if step in self.around and not self.around[step][1]:
+            self.around[step][1].update(_copy(pl_module))
+
+
+class NonFiniteOnOneRank(L.Callback):
+    """Hands the run's DivergenceGuard a NaN loss at optimizer step ``step`` on process ``rank`` only (the others see
+    none): what a loss that turns non-finite on one process's data alone looks like to the guards."""
+
+    def __init__(self, rank: int = 1, step: int = 3) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            guard = next(cb for cb in trainer.callbacks if isinstance(cb, DivergenceGuard))  # type: ignore[attr-defined]
+            guard._watch(trainer, torch.tensor(float("nan")), "the loss")
+
+
+class PoisonBuffers(L.Callback):
+    """Fills every floating-point buffer (BatchNorm's running statistics) with NaN as the validation of epoch
+    ``epoch`` starts: the weights and the training loss stay finite, the evaluated loss does not."""
+
+    def __init__(self, epoch: int = 1) -> None:
+        self.epoch = epoch
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch and not trainer.sanity_checking:
+            for buffer in pl_module.buffers():
+                if buffer.is_floating_point():
+                    buffer.fill_(float("nan"))

@@ -32,6 +32,7 @@ import torch
 from conftest import (
     DIGITS,
     HF_TEXT_CLASSES,
+    HOST_SYNCS,
     IMAGES,
     LANGUAGE_MODEL,
     MULTILABEL,
@@ -43,6 +44,7 @@ from conftest import (
     USER_DEFAULT,
     default_data_missing,
     fit,
+    offending_ops,
     run_ranks,
     scalars,
 )  # fmt: skip
@@ -327,26 +329,6 @@ def _nondeterministic_on_cuda(func: Any, args: tuple, kwargs: dict) -> bool:
     return name in NONDETERMINISTIC_ON_CUDA or (name == "_embedding_bag" and len(args) > 4 and args[4] == 2)
 
 
-def _offending_ops(offends: Any, step: Any) -> set[str]:
-    """The ops torch dispatches while ``step()`` runs (the same ops on a CPU and a GPU) for which
-    ``offends(func, args, kwargs)`` holds."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.offending: set[str] = set()
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-            if offends(func, args, kwargs or {}):
-                self.offending.add(str(func))
-            return func(*args, **(kwargs or {}))
-
-    with Ops() as ops:
-        step()
-    return ops.offending
-
-
 @pytest.mark.guarantee(
     "a training step of each contract subject (and of `configs/default.yaml`) dispatches no op without a "
     "deterministic CUDA kernel, so `trainer.deterministic: true` cannot crash a GPU run at its first step (seen "
@@ -360,17 +342,11 @@ def test_a_training_step_uses_only_ops_with_a_deterministic_cuda_kernel(subject:
     task, dm = cli.model.train(), cli.datamodule
     dm.setup("fit")
     inputs, targets = (batches.first(t, 8) for t in dm.split_tensors("train"))
-    offending = _offending_ops(
+    offending = offending_ops(
         _nondeterministic_on_cuda, lambda: task.loss(task(dm.normalize(inputs)), targets).mean().backward()
     )
     assert offending == set(), f"ops with no deterministic CUDA kernel: {sorted(offending)}"
     assert any(p.grad is not None for p in task.parameters())  # the backward ran under the mode
-
-
-# Ops whose result the host must read before it can go on: a value (.item(), a Python `if` on a tensor) or a shape
-# that depends on the data (unique, nonzero, masked_select, bincount's length).
-HOST_SYNCS = {"_local_scalar_dense", "item", "is_nonzero", "equal", "nonzero", "_unique", "_unique2", "unique_dim",
-              "unique_consecutive", "masked_select", "bincount"}  # fmt: skip
 
 
 def _host_sync_on_a_gpu(func: Any, args: tuple, kwargs: dict) -> bool:
@@ -398,7 +374,7 @@ def test_an_evaluation_step_makes_the_host_wait_for_nothing(subject: tuple[str, 
     dm.setup("fit")
     inputs, targets = (batches.first(t, 8) for t in dm.split_tensors("val"))
     with torch.no_grad():
-        offending = _offending_ops(
+        offending = offending_ops(
             _host_sync_on_a_gpu,
             lambda: task.validation_step(_batch(dm, dm.normalize(inputs), targets), 0),
         )

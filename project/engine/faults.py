@@ -1,6 +1,6 @@
-"""How a command ends: bad input is one sentence and exit 2; a fault (a full disk, a killed loader worker) one sentence
-naming what was kept and how to continue, exit 1; a signal the resume command, exit 128 + the signal; anything else
-its traceback."""
+"""How a command ends: bad input is one sentence and exit 2; a fault (a full disk, a killed loader worker, a run that
+diverged) one sentence naming what was kept and how to continue, exit 1; a signal the resume command, exit 128 + the
+signal; anything else its traceback."""
 
 import re
 import sys
@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.utilities.spike import TrainingSpikeException
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from project.engine.checkpoints import DISK_FULL, CheckpointWriteError, free_space
+from project.engine.divergence import Diverged
 from project.engine.errors import ConfigError, cause_of
 from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
 
@@ -88,6 +90,18 @@ def run_with_exit_codes(command: Callable[[], Any]) -> None:
         if fault is None:
             raise
         print(f"error: {fault}", file=sys.stderr)
+        sys.exit(1)
+    except Diverged as stop:  # every process stops at the same step; the first says why
+        if stop.rank == 0:
+            print(f"error: {stop}", file=sys.stderr)
+        sys.exit(1)
+    except TrainingSpikeException as spike:  # Lightning's SpikeDetection, if a user lists it
+        print(
+            f"error: the run stopped on a loss spike (Lightning's SpikeDetection: {spike}, counted within its epoch); "
+            "the checkpoints already written are untouched. Lower the learning rate or warm up longer, or let the "
+            "DivergenceGuard callback skip non-finite steps (action: skip).",
+            file=sys.stderr,
+        )
         sys.exit(1)
     except RuntimeError as err:  # a fault: a loader worker killed (LastCheckpoint stopped the run, or the loader)
         fault = worker_fault(err)

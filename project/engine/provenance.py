@@ -30,6 +30,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 from project.engine.config_keys import flatten
+from project.engine.divergence import Diverged
 from project.engine.git_snapshot import git_state
 from project.engine.hooks import defined_hooks_only
 from project.engine.last_checkpoint import Interrupted, LoaderWorkerDied
@@ -100,6 +101,8 @@ def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
         return f"interrupted by {signal.Signals(exception.signum).name} at step {exception.step}"
     if isinstance(exception, LoaderWorkerDied):
         return f"stopped at step {exception.step}: a DataLoader worker died"
+    if isinstance(exception, Diverged):
+        return f"diverged: {str(exception).removeprefix('the run diverged: ').partition(';')[0]}"
     if isinstance(exception, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt, no checkpoint)"
     if exception is not None:

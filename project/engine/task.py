@@ -91,7 +91,7 @@ class Task(TaskContract, L.LightningModule):
         # Under manual optimization the task clips (Lightning refuses the Trainer's flag): the CLI hands it over.
         self.gradient_clipping: tuple[float | None, str | None] = (None, None)
         self.target_names = list(target_names or [])
-        # No NaN check (a host sync per update): a NaN loss shows in the curve anyway, and EarlyStopping stops on it.
+        # No NaN check (a host sync per update): the DivergenceGuard callback watches the loss without one.
         self.train_loss = MeanMetric(nan_strategy="disable")
         self.val_loss, self.test_loss = EvaluatedLoss(), EvaluatedLoss()
         metrics = self.configure_metrics()
