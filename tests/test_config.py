@@ -284,6 +284,7 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
 )
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from project.engine.checkpoints import AtomicCheckpointIO
+    from project.engine.divergence import DivergenceGuard
     from project.engine.last_checkpoint import LastCheckpoint
     from project.engine.monitored import ValidateTheLastStep
     from project.engine.provenance import Provenance
@@ -298,21 +299,24 @@ def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCa
     tracked = tmp_path / "tracked.yaml"
     tracked.write_text(yaml.safe_dump({"trackers": [{"class_path": "lightning.pytorch.loggers.CSVLogger",
                                                      "init_args": {"save_dir": str(tmp_path / "csv")}}]}))  # fmt: skip
-    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG, str(tracked)))  # the config lists all five
-    assert {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep, TrackerRun} <= set(ours(listed))
+    listed = fit(tmp_path / "listed", configs=(DIGITS, DEBUG, str(tracked)))  # the config lists all six
+    guaranteed = {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep, TrackerRun, DivergenceGuard}
+    assert guaranteed <= set(ours(listed))
     assert "leaves out" not in caplog.text and (Path(listed.trainer.log_dir) / "trackers.json").is_file()
     # Left out of the config: not added behind its back, and one line each says what is lost.
     callbacks = [cb for cb in yaml.safe_load(Path(DIGITS).read_text())["trainer"]["callbacks"]
                  if not cb["class_path"].endswith(("LastCheckpoint", "Provenance", "ValidateTheLastStep",
-                                                   "CSVPredictionWriter", "TrackerRun"))]  # fmt: skip
+                                                   "CSVPredictionWriter", "TrackerRun",
+                                                   "DivergenceGuard"))]  # fmt: skip
     overlay = tmp_path / "without.yaml"
     overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks, "plugins": None}}))
     bare = fit(tmp_path / "bare", configs=(DIGITS, DEBUG, str(tracked), str(overlay)))
-    assert not {LastCheckpoint, Provenance, AtomicCheckpointIO, ValidateTheLastStep, TrackerRun} & set(ours(bare))
+    assert not guaranteed & set(ours(bare))
     assert not (Path(bare.trainer.log_dir) / "trackers.json").exists()
     lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
-    named = ("AtomicCheckpointIO", "LastCheckpoint", "ValidateTheLastStep", "Provenance", "TrackerRun")
-    assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 5
+    named = ("AtomicCheckpointIO", "LastCheckpoint", "DivergenceGuard", "ValidateTheLastStep", "Provenance",
+             "TrackerRun")
+    assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 6
     # predict likewise: a config without a prediction writer writes no predictions, and one line says so.
     run = Path(bare.trainer.log_dir)
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"])

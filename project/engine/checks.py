@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from project.engine.checkpoints import AtomicCheckpointIO
 from project.engine.config_keys import flatten
+from project.engine.divergence import DivergenceGuard
 from project.engine.errors import ConfigError
 from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.monitored import ValidateTheLastStep
@@ -101,6 +102,9 @@ def say_what_the_config_leaves_out(trainer: L.Trainer, callbacks: list[Any], tra
         if not any(isinstance(cb, LastCheckpoint) for cb in callbacks):
             why = "no last.ckpt on Ctrl-C/SIGTERM, make resume has nothing to continue"
             missing.append(("trainer.callbacks", LastCheckpoint, why))
+    if not any(isinstance(cb, DivergenceGuard) for cb in callbacks):
+        why = "a run whose loss turns nan goes on to its end and may save non-finite checkpoints, best.ckpt too"
+        missing.append(("trainer.callbacks", DivergenceGuard, why))
     if not any(isinstance(cb, ValidateTheLastStep) for cb in callbacks):
         why = "a run that stops at trainer.max_steps mid-epoch ends unvalidated"
         missing.append(("trainer.callbacks", ValidateTheLastStep, why))
