@@ -315,7 +315,7 @@ def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCa
     assert not (Path(bare.trainer.log_dir) / "trackers.json").exists()
     lost = [line for line in caplog.text.splitlines() if f"leaves out {PACKAGE}.engine." in line]
     named = ("AtomicCheckpointIO", "LastCheckpoint", "DivergenceGuard", "ValidateTheLastStep", "Provenance",
-             "TrackerRun")
+             "TrackerRun")  # fmt: skip
     assert [n for n in named if any(n in line for line in lost)] == list(named) and len(lost) == 6
     # predict likewise: a config without a prediction writer writes no predictions, and one line says so.
     run = Path(bare.trainer.log_dir)
