@@ -36,8 +36,8 @@ def _only(tmp_path: Path, *callbacks: dict) -> str:
 
 
 @pytest.mark.guarantee(
-    "a run whose loss turns non-finite stops with exit 1 and one sentence naming the step, the value and the newest "
-    "checkpoint; every checkpoint left holds finite values only, none written after the step"
+    "a run whose loss or gradient turns non-finite stops with exit 1 and one sentence naming the step, the value "
+    "and the newest checkpoint; every checkpoint left holds finite values only, none written after the step"
 )
 def test_a_loss_that_turns_nan_stops_the_run_in_one_sentence_and_every_checkpoint_is_finite(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -68,19 +68,20 @@ def test_a_loss_that_turns_nan_stops_the_run_in_one_sentence_and_every_checkpoin
 
 
 @pytest.mark.guarantee(
-    "a run whose loss turns non-finite stops with exit 1 and one sentence naming the step, the value and the newest "
-    "checkpoint; every checkpoint left holds finite values only, none written after the step"
+    "a run whose loss or gradient turns non-finite stops with exit 1 and one sentence naming the step, the value "
+    "and the newest checkpoint; every checkpoint left holds finite values only, none written after the step"
 )
-def test_a_gradient_norm_that_turns_inf_stops_the_run_before_the_next_checkpoint(tmp_path: Path) -> None:
-    # The loss stays finite; the gradient of step 7 holds an inf. A checkpoint every 4 steps: step 4's is written,
-    # step 8's (due before the logging step 10, where the guard would read anyway) is not.
+def test_a_gradient_that_turns_inf_stops_the_run_before_the_next_checkpoint(tmp_path: Path) -> None:
+    # The gradient of step 7 holds an inf, its loss is finite: the weights it reaches are not, and step 8's loss is
+    # NaN. A checkpoint every 4 steps: step 4's is written, step 8's (due before the logging step 10, where the guard
+    # would read anyway) is not.
     every_4 = ("--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
                "--trainer.callbacks.every_n_train_steps=4", "--trainer.callbacks.save_top_k=-1",
                "--trainer.callbacks.filename=every-{step}")  # fmt: skip
     with pytest.raises(Diverged) as stop:
         fit(tmp_path, "--trainer.limit_train_batches=20", "--trainer.max_epochs=1", *every_4,
             "--trainer.callbacks+=probes.InfGradient", "--trainer.callbacks.steps=[6]")  # fmt: skip
-    assert str(stop.value).startswith("the run diverged: the gradient norm was inf at optimizer step 7; ")
+    assert str(stop.value).startswith("the run diverged: the loss was nan at optimizer step 8; ")
     checkpoints = tmp_path / "digits" / "version_0" / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["every-step=4.ckpt"]
     assert f"the newest checkpoint, {checkpoints / 'every-step=4.ckpt'}, was written before it (after step 4)" in str(

@@ -1,24 +1,26 @@
-"""The divergence guard: a run whose loss or gradient norm turns non-finite (nan, inf) does not go on as if it were
-done, and nothing non-finite is ever saved.
+"""The divergence guard: a run whose loss turns non-finite (nan, inf) does not go on as if it were done, and nothing
+non-finite is ever saved.
 
-Every micro-batch's loss and every optimizer step's gradient norm are written into a small buffer on the device;
-nothing is read back per step. The buffer is read (one host read, plus one tiny all-reduce under DDP so that every
-process takes the same decision) only where the run waits for the device anyway: on the steps the logger writes,
-before any checkpoint is written (the weights and buffers are checked there too), after each validation (its
-``val/loss`` and the task's monitored metric too, so ``best.ckpt`` is never chosen from a non-finite metric) and at
-the end of training. ``action`` picks what a non-finite value does:
+Every micro-batch's loss is written into a small buffer on the device; nothing is read back per step. The buffer is
+read (one host read, plus one tiny all-reduce under DDP so that every process takes the same decision) only where the
+run waits for the device anyway: on the steps the logger writes, before any checkpoint is written (the weights and
+buffers are checked there too), after each validation (its ``val/loss`` and the task's monitored metric too, so
+``best.ckpt`` is never chosen from a non-finite metric) and at the end of training. A non-finite gradient shows one
+step later: the weights it reaches turn non-finite, and so does the next loss (or, for weights no loss reads then,
+the check before the next checkpoint). ``action`` picks what happens:
 
 - ``stop`` (the default): the run ends with exit 1 and one sentence naming the step, the value and the newest
   checkpoint, written before it and finite. A value seen at step s is read at most ``log_every_n_steps`` steps
   later; nothing is saved in between.
-- ``skip``: the optimizer step is not taken: its gradients are dropped (set to None, so the optimizer leaves the
-  weights and its own state as they were; the step still counts, for ``global_step`` and the LR schedule, as
-  under fp16's GradScaler). Deciding before the step costs one host read per step. Skips are logged as
-  ``train/skipped_steps``; more than ``max_skips_in_a_row`` in a row stop the run as above.
+- ``skip``: an optimizer step whose gradient norm is non-finite is not taken: its gradients are dropped (set to
+  None, so the optimizer leaves the weights and its own state as they were; the step still counts, for
+  ``global_step`` and the LR schedule, as under fp16's GradScaler). Deciding before the step costs one host read
+  per step. Skips are logged as ``train/skipped_steps``; more than ``max_skips_in_a_row`` in a row stop the run
+  as above.
 
 Under fp16's loss scaling (``16-mixed``) a non-finite gradient is the GradScaler's to handle (it skips the step and
-lowers the scale): only the loss is watched. A checkpoint saved with ``save_weights_only`` is not seen (Lightning
-calls no callback for it).
+lowers the scale): the loss is watched, and ``skip`` is what the scaler does. A checkpoint saved with
+``save_weights_only`` is not seen (Lightning calls no callback for it).
 """
 
 from pathlib import Path
@@ -81,27 +83,24 @@ class DivergenceGuard(Callback):
             self._watch(trainer, loss, "the loss")
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
-        if self._scaled(trainer):
+        if self.action == "stop" or self._scaled(trainer):
             return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not grads:
             return
         norm = torch.nn.utils.get_total_norm(grads)
-        if self.action == "stop":  # a shard's own norm is finite if and only if its gradients are
-            self._watch(trainer, _local(norm), "the gradient norm")
-            return
         # After DDP's reduction the gradients are the same on every process, so is this decision (FSDP: the norm
-        # over every shard).
-        if bool(torch.isfinite(norm.full_tensor() if isinstance(norm, DTensor) else norm)):
+        # over every shard, one all-reduce).
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        if bool(torch.isfinite(norm)):
             self._in_a_row = 0
             return
         optimizer.zero_grad(set_to_none=True)  # no gradient: torch's optimizers leave the parameter and its state
         self.skipped += 1
         self._in_a_row += 1
         if self._in_a_row > self.max_skips_in_a_row:
-            value = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
             raise Diverged(
-                self._sentence(trainer, f"the gradient norm was {value} at {self._in_a_row} optimizer steps in a "
+                self._sentence(trainer, f"the gradient norm was {float(norm)} at {self._in_a_row} optimizer steps in a "
                                f"row, the last step {trainer.global_step + 1}"), trainer.global_rank,
             )  # fmt: skip
 
