@@ -238,13 +238,19 @@ class FullStateAtSteps(L.Callback):
 
 
 class NoDropout(L.Callback):
-    """Sets every ``nn.Dropout`` to p=0 before training: equivalence runs that draw their masks in different orders
-    (another batch split, another process) then compute the same function, whatever the net."""
+    """Switches every dropout off before training: equivalence runs that draw their masks in different orders
+    (another batch split, another process) then compute the same function, whatever the net. Every ``nn.Dropout*``
+    gets p=0, and so does every float attribute of a module whose name says dropout: ``nn.MultiheadAttention``'s
+    (in every ``nn.Transformer*`` layer), transformers' ``attention_dropout``, a p a module of one's own hands to
+    ``F.scaled_dot_product_attention`` or ``F.dropout``."""
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: torch.nn.Module, stage: str) -> None:
         for module in pl_module.modules():
             if isinstance(module, torch.nn.modules.dropout._DropoutNd):
                 module.p = 0.0
+            for name, value in list(vars(module).items()):
+                if "dropout" in name.lower() and isinstance(value, float):
+                    setattr(module, name, 0.0)
 
 
 class OwnTrainingStep(Classifier):

@@ -205,6 +205,31 @@ def _whole_gan_config(folder: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return config
 
 
+@pytest.mark.guarantee(
+    "the contract's equivalence runs switch off every dropout: `nn.Dropout*`, the attention dropout of "
+    "`nn.MultiheadAttention` and `nn.Transformer*`, and a p a module hands to `F.scaled_dot_product_attention`"
+)
+def test_the_equivalence_runs_switch_off_every_dropout() -> None:
+    from probes import NoDropout
+    from torch import nn
+
+    class OwnAttention(nn.Module):  # a module of one's own: its p is a number, handed to the functional op
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention_dropout = 0.1
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            p = self.attention_dropout if self.training else 0.0
+            return nn.functional.scaled_dot_product_attention(x, x, x, dropout_p=p)
+
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True)
+    net = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), OwnAttention()).train()
+    x = torch.randn(4, 8, 16)
+    assert not torch.equal(net(x), net(x))  # dropout draws a mask per call
+    NoDropout().setup(None, net, "fit")  # type: ignore[arg-type]
+    assert torch.equal(net(x), net(x))  # in training mode still: nothing random is left
+
+
 @pytest.mark.slow
 @pytest.mark.guarantee("`make contract CONFIG=...` runs the contract suite on that config alone")
 def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(
