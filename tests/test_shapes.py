@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import DIGITS, ROOT, fit, run_module, scalars, warmup_cosine
 from shapes import TwoInputs, Unlabelled
 from torchmetrics import Metric
@@ -255,6 +256,36 @@ def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(
     ]
     # The subject is the given config: the GAN's waiver is what skipped the second.
     assert "GAN cannot promise learns_one_batch_by_heart: adversarial" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.guarantee(
+    "the contract suite runs on an owner's config whose warmup is a count of steps longer than the suite's runs: "
+    "they take it as the fraction of the owner's run it is"
+)
+def test_the_contract_suite_takes_an_integer_warmup_as_its_share_of_the_owners_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from conftest import PYTHONPATH
+
+    with pytest.raises(SystemExit):  # the engine tests' config as an owner's whole config: 800 steps, 49 of warmup
+        CLI(["--config", DIGITS, "--model.warmup=49", "--print_config"], run=False)
+    config = tmp_path / "mine.yaml"
+    config.write_text(capsys.readouterr().out)
+    assert yaml.safe_load(config.read_text())["model"]["init_args"]["warmup"] == 49
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", "learns_one_batch",
+         str(ROOT / "tests" / "test_contract.py")],
+        env={**os.environ, "PROJECT_CONTRACT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH},
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]  # its run is 30 steps: 49 would be refused
+    assert re.findall(r"test_contract\.py::(\S+) (PASSED|SKIPPED)", done.stdout) == [
+        ("test_fit_learns_one_batch_by_heart[default]", "PASSED")
+    ]
 
 
 @pytest.mark.slow
