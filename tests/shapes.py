@@ -177,5 +177,30 @@ class GAN(Task):
     def prediction(self, outputs: Tensor) -> Tensor:
         return outputs.sigmoid()  # the probability that each input is real: one value per input, (batch,)
 
+
+class StagedGAN(GAN):
+    """The GAN trained in stages: the discriminator alone for its first ``switch_at`` batches, the generator alone
+    after (each stage a part stepping, the other still)."""
+
+    def __init__(self, *args: Any, switch_at: int = 3, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.switch_at = switch_at
+        self.steps = {"discriminator": 0, "generator": 0}
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> None:
+        nets: Any = self.net
+        fake = nets.generate(torch.randn(len(batch), nets.latent, device=batch.device))
+        if self.trainer.fit_loop.epoch_loop.batch_progress.total.completed < self.switch_at:
+            part, loss = (
+                "discriminator",
+                self.loss(nets(batch), None).mean()
+                + F.binary_cross_entropy_with_logits(nets(fake.detach()), torch.zeros(len(batch), device=batch.device)),
+            )
+        else:
+            part, loss = "generator", self.loss(nets(fake), None).mean()
+        self.manual_step(part, loss)
+        self.steps[part] += 1
+        self.log("train/loss", loss.detach())
+
     def output_description(self) -> dict[str, Any]:
         return {"name": "logits", "shape": ["batch"]}

@@ -48,6 +48,23 @@ def test_a_task_with_two_optimizers_counts_batches_and_its_schedules_end_at_thei
 
 
 @pytest.mark.slow
+@pytest.mark.guarantee(
+    "a task with several optimizers counts batches, whichever part steps in them: trained in stages, its "
+    "global_step, checkpoints and schedules go on after the first part stops"
+)
+def test_a_task_trained_in_stages_counts_every_batch_after_its_first_part_stops(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--model.class_path=shapes.StagedGAN", "--model.init_args.switch_at=3",
+              "--trainer.max_epochs=2", "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2",
+              "--trainer.limit_test_batches=2", configs=(DIGITS, GAN))  # fmt: skip
+    assert cli.model.steps == {"discriminator": 3, "generator": 9}
+    assert cli.trainer.global_step == 12  # 2 epochs of 6 batches, not the discriminator's 3 steps
+    last = torch.load(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 12
+    discriminator, generator = cli.trainer.lr_scheduler_configs
+    assert (discriminator.scheduler.last_epoch, generator.scheduler.last_epoch) == (3, 9)  # each when its part steps
+
+
+@pytest.mark.slow
 def test_a_task_with_two_optimizers_clips_as_the_trainer_config_says(tmp_path: Path) -> None:
     """One SGD step at a constant lr (no momentum, no decay) moves the discriminator by lr x its clipped gradient,
     whose norm is the config's gradient_clip_val when the raw one is larger: a closed form."""

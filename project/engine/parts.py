@@ -47,11 +47,14 @@ def step(task: Any, part: str, loss: Tensor) -> None:
     value, algorithm = task.gradient_clipping
     if value:
         task.clip_gradients(optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
-    if index > 0:
-        # Private: Lightning counts every optimizer's step in global_step (Lightning #17958, open; PR #19589), so two
-        # optimizers would halve max_steps and the schedules. Only the first part's steps count; the loop sets these
-        # two hooks again at every batch.
+    # Private: Lightning counts every optimizer's step in global_step (Lightning #17958, open; PR #19589), so two
+    # optimizers would halve max_steps and the schedules, and a part that stops stepping (staged training) would
+    # freeze it, and with it ModelCheckpoint, which saves once per global_step. A batch counts once, whichever part
+    # steps first in it; the loop sets these two hooks again at every batch.
+    batch = task.trainer.fit_loop.epoch_loop.batch_progress.total.ready
+    if getattr(task, "_counted_batch", None) == batch:
         optimizer._on_before_step = optimizer._on_after_step = _nothing
+    task._counted_batch = batch
     optimizer.step()
     _listed(task.lr_schedulers())[index].step()
     task.untoggle_optimizer(optimizer)
