@@ -204,3 +204,26 @@ class StagedGAN(GAN):
 
     def output_description(self) -> dict[str, Any]:
         return {"name": "logits", "shape": ["batch"]}
+
+
+class OwnStepsGAN(GAN):
+    """The GAN stepping its optimizers and schedules itself, as Lightning's manual-optimization docs teach
+    (``opt.step()``, ``sch.step()``), not through ``manual_step``."""
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> None:
+        nets: Any = self.net
+        (d_opt, g_opt), (d_sch, g_sch) = self.optimizers(), self.lr_schedulers()  # type: ignore[misc]
+        fake = nets.generate(torch.randn(len(batch), nets.latent, device=batch.device))
+        d_loss = self.loss(nets(batch), None).mean() + F.binary_cross_entropy_with_logits(
+            nets(fake.detach()), torch.zeros(len(batch), device=batch.device)
+        )
+        d_opt.zero_grad()
+        self.manual_backward(d_loss)
+        d_opt.step()
+        d_sch.step()
+        g_loss = self.loss(nets(fake), None).mean()
+        g_opt.zero_grad()
+        self.manual_backward(g_loss)
+        g_opt.step()
+        g_sch.step()
+        self.log("train/loss", d_loss.detach())

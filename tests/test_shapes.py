@@ -65,6 +65,20 @@ def test_a_task_trained_in_stages_counts_every_batch_after_its_first_part_stops(
 
 
 @pytest.mark.slow
+@pytest.mark.guarantee(
+    "a task that steps its optimizers itself (`opt.step()`, `sch.step()`) counts batches too: `max_steps` is "
+    "batches and each schedule ends at its floor"
+)
+def test_a_task_stepping_its_optimizers_itself_counts_batches_too(tmp_path: Path) -> None:
+    cli = fit(tmp_path, "--model.class_path=shapes.OwnStepsGAN", "--trainer.max_steps=20", "--trainer.max_epochs=-1",
+              "--trainer.limit_val_batches=0", configs=(DIGITS, GAN))  # fmt: skip
+    batches = cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    assert cli.trainer.global_step == batches == 20  # not 10 batches of two steps each
+    for config in cli.trainer.lr_scheduler_configs:  # each schedule at its floor: 1e-5 times its group's ratio
+        assert config.scheduler.get_last_lr()[0] == pytest.approx(1e-5, rel=1e-6)
+
+
+@pytest.mark.slow
 def test_a_task_with_two_optimizers_clips_as_the_trainer_config_says(tmp_path: Path) -> None:
     """One SGD step at a constant lr (no momentum, no decay) moves the discriminator by lr x its clipped gradient,
     whose norm is the config's gradient_clip_val when the raw one is larger: a closed form."""

@@ -2,6 +2,7 @@
 parameter groups and a schedule of its own, stepped by the task itself (``Task.manual_step``) under Lightning's
 manual optimization."""
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -47,14 +48,6 @@ def step(task: Any, part: str, loss: Tensor) -> None:
     value, algorithm = task.gradient_clipping
     if value:
         task.clip_gradients(optimizer, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
-    # Private: Lightning counts every optimizer's step in global_step (Lightning #17958, open; PR #19589), so two
-    # optimizers would halve max_steps and the schedules, and a part that stops stepping (staged training) would
-    # freeze it, and with it ModelCheckpoint, which saves once per global_step. A batch counts once, whichever part
-    # steps first in it; the loop sets these two hooks again at every batch.
-    batch = task.trainer.fit_loop.epoch_loop.batch_progress.total.ready
-    if getattr(task, "_counted_batch", None) == batch:
-        optimizer._on_before_step = optimizer._on_after_step = _nothing
-    task._counted_batch = batch
     optimizer.step()
     _listed(task.lr_schedulers())[index].step()
     task.untoggle_optimizer(optimizer)
@@ -64,5 +57,25 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _nothing() -> None:
-    pass
+def count_each_batch_once(trainer: Any) -> None:
+    """Under manual optimization, a batch counts as one step of the run however many optimizer steps it takes and
+    whichever optimizers take them (``manual_step`` or the task's own ``opt.step()``): ``max_steps`` is batches, the
+    schedules are planned in batches, and a part that stops stepping (staged training) freezes nothing.
+
+    Private: Lightning counts every optimizer step in ``global_step`` (Lightning #17958, open; PR #19589), through
+    the two hooks its manual loop hands each optimizer at every batch; here those two count once per batch.
+    """
+    loop = trainer.fit_loop.epoch_loop.manual_optimization
+    batches = trainer.fit_loop.epoch_loop.batch_progress.total
+    counted = {"before": -1, "after": -1}
+
+    def once(when: str, hook: Callable[[], None]) -> Callable[[], None]:
+        def counting() -> None:
+            if counted[when] != batches.ready:
+                counted[when] = batches.ready
+                hook()
+
+        return counting
+
+    loop._on_before_step = once("before", type(loop)._on_before_step.__get__(loop))
+    loop._on_after_step = once("after", type(loop)._on_after_step.__get__(loop))

@@ -128,6 +128,8 @@ class Task(TaskContract, L.LightningModule):
             self.example_input_array = self.trainer.precision_plugin.convert_input(inputs)
 
     def on_fit_start(self) -> None:
+        if not self.automatic_optimization:
+            parts.count_each_batch_once(self.trainer)
         # A fresh run only: a resumed one has restored its weights, and what it started from may be gone.
         if self.trainer.ckpt_path is None:
             init_from = self.hparams.get("init_from")
@@ -223,8 +225,8 @@ class Task(TaskContract, L.LightningModule):
     def manual_step(self, part: str, loss: Tensor) -> None:
         """Manual optimization with ``optimizers``: ``loss`` back-propagated into the net's ``part`` alone (the other
         parts' gradients kept off), clipped as the config's ``trainer.gradient_clip_val`` says, then that part's
-        optimizer and schedule step. Each step counts toward the run's steps (``max_steps``, the schedules' length,
-        logging, ``val_check_interval``) only for the first part named in ``optimizers``: one step per batch."""
+        optimizer and schedule step. A batch counts once toward the run's steps (``max_steps``, the schedules'
+        length, logging, ``val_check_interval``), whichever parts step in it."""
         parts.step(self, part, loss)
 
     def configure_optimizers(self) -> Any:
