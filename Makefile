@@ -47,7 +47,7 @@ DROP_UNLOADABLE_TORCHVISION = @$(BIN)/python -c "import importlib.util as u, sys
 	&& $(BIN)/pip uninstall -y -q torchvision timm || true
 
 .DEFAULT_GOAL := help
-.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile bench notebooks test test-all test-fast test-minimum contract check-manual tensorboard mlflow lint format clean clean-logs
+.PHONY: help new-project update-engine install hooks lock example-data train train-ddp resume runs sweep sweep-status predict export profile lr-find bench notebooks test test-all test-fast test-minimum contract check-manual tensorboard mlflow lint format clean clean-logs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -199,6 +199,9 @@ mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT
 	@echo "MLflow: http://127.0.0.1:$(MLFLOW_PORT)  (runs log there with MLFLOW_TRACKING_URI=http://127.0.0.1:$(MLFLOW_PORT))"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///logs/mlflow.db \
 		--artifacts-destination logs/mlflow-artifacts --host 127.0.0.1 --port $(MLFLOW_PORT)
+
+lr-find: $(INSTALLED) ## Lightning's LR range test on CONFIG's task, data and optimizer: <run>/lr_find.png and the suggested lr (ARGS: --steps, --min_lr, --max_lr, flags)
+	$(BIN)/python -m project.engine.lr_find --config $(CONFIG) $(ARGS)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)

@@ -81,8 +81,8 @@ if not present("language_model"):  # deleted from this repository: no sequence w
     del WORKLOADS["sequence"]
 # The decomposition (--parts): each of the template's pieces, added one at a time to a bare Lightning fit of the same
 # task and data, in this order, all in one process per workload. "template" is the whole trainer the CLI builds.
-PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressBar", "DivergenceGuard", "TaskCheckpoint",
-         "LastCheckpoint", "TaskEarlyStopping"]  # fmt: skip
+PARTS = ["logger", "LearningRateMonitor", "TrainingMonitor", "ThrottledProgressBar", "DivergenceGuard",
+         "TaskCheckpoint", "LastCheckpoint", "TaskEarlyStopping"]  # fmt: skip
 # Training batches per epoch in the decomposition (its rows are per step and per validation batch, so a shorter
 # epoch changes no row, only how long the fits take).
 PARTS_LIMIT = {"long": 70}

@@ -42,6 +42,23 @@ def _predict(run: Path, *args: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.guarantee(
+    "`python -m project test` (and `validate`) of a run's checkpoint prints every score of the checkpoint it names "
+    "and writes nothing: no new run directory"
+)
+def test_a_test_of_a_checkpoint_prints_its_scores_and_writes_nothing(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    best = run / "checkpoints" / "best.ckpt"
+    before = sorted(p for p in run.parent.parent.rglob("*") if p.is_file())
+    for command, stage, what in (("test", "test", "Test"), ("validate", "val", "Validation")):
+        capsys.readouterr()
+        main([command, "--config", str(run / "config.yaml"), f"--ckpt_path={best}"])
+        (said,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{what} of ")]
+        assert said.startswith(f"{what} of {best}: {stage}/acc=") and f"{stage}/loss=" in said
+    assert sorted(p for p in run.parent.parent.rglob("*") if p.is_file()) == before  # same files, none added
+
+
 @pytest.mark.engine
 @pytest.mark.guarantee("a malformed input file gets one sentence naming it and the expected shape")
 @pytest.mark.parametrize(

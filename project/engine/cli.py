@@ -51,6 +51,7 @@ class CLI(LightningCLI):
     """``LightningCLI`` for the config's task and DataModule; ``args=None`` reads ``sys.argv``."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        self._started = time.perf_counter()  # the command's start (fit's: its own, in before_fit)
         self._cli_args = torch_optimizer_names(list(args) if args is not None else sys.argv[1:])
         if args is None:  # from the command line: LightningCLI reads sys.argv itself, and warns when given both
             sys.argv[1:] = self._cli_args
@@ -132,13 +133,17 @@ class CLI(LightningCLI):
         ]:
             if getattr(logger, "class_path", None):  # a logger whose extra is not installed: refused in one sentence
                 require_extra(key, logger.class_path)
-        if self.subcommand == "predict":
-            # Predictions are written in input order by one process, and log nothing.
+        if self.subcommand in ("validate", "test", "predict"):
+            # validate, test and predict of a checkpoint write no run directory (their scores are printed) and no
+            # checkpoint: without the run's checkpoint callbacks Lightning does not restore their state from the
+            # checkpoint evaluated (and warn that their directory "has changed").
+            config.trainer.logger = False
+            config.trainer.callbacks = [
+                cb for cb in config.trainer.callbacks or [] if not issubclass(kind_of(cb), Checkpoint)
+            ]
+        if self.subcommand == "predict":  # predictions are written in input order by one process
             trainer = self.config.predict.trainer
-            trainer.devices, trainer.num_nodes, trainer.strategy, trainer.logger = 1, 1, "auto", False
-            # Nor does it write checkpoints: without the run's checkpoint callbacks Lightning does not restore their
-            # state from the checkpoint predicted with (and warn that their directory "has changed").
-            trainer.callbacks = [cb for cb in trainer.callbacks or [] if not issubclass(kind_of(cb), Checkpoint)]
+            trainer.devices, trainer.num_nodes, trainer.strategy = 1, 1, "auto"
         if self.subcommand != "fit":
             return
         trainer = self.config.fit.trainer
@@ -235,9 +240,24 @@ class CLI(LightningCLI):
             provenance.update(scores=scores, best_checkpoint=best, judged_by=self._judged_by())
         for tracker_run in (cb for cb in trainer.callbacks if isinstance(cb, TrackerRun)):  # type: ignore[attr-defined]
             tracker_run.upload()
+        self._say_scores("Test", best or "the final weights (no checkpoint was saved)", scores)
+
+    def after_validate(self) -> None:
+        self._say_scores("Validation", self.config.validate.get("ckpt_path") or "the initial weights")
+
+    def after_test(self) -> None:
+        self._say_scores("Test", self.config.test.get("ckpt_path") or "the initial weights")
+
+    def _say_scores(self, what: str, of: str, scores: dict[str, float] | None = None) -> None:
+        """The line that ends a command: what it evaluated, every score (of the stage, ``scores`` if given)."""
+        if not self.trainer.is_global_zero:
+            return
+        prefix = "val/" if what == "Validation" else "test/"
+        metrics = self.trainer.callback_metrics
+        if scores is None:
+            scores = {k: float(v) for k, v in sorted(metrics.items()) if k.startswith(prefix)}
         shown = "  ".join(f"{k}={v:.4f}" for k, v in scores.items())
-        took = time.perf_counter() - self._started
-        print(f"Test of {best or 'the final weights (no checkpoint was saved)'}: {shown}  ({took:.1f} s)", flush=True)
+        print(f"{what} of {of}: {shown}  ({time.perf_counter() - self._started:.1f} s)", flush=True)
 
     def _judged_by(self) -> dict[str, str]:
         """The metric the run is judged by (its best checkpoint's, else the task's) and its direction."""

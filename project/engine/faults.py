@@ -95,6 +95,16 @@ def run_with_exit_codes(command: Callable[[], Any]) -> None:
         if stop.rank == 0:
             print(f"error: {stop}", file=sys.stderr)
         sys.exit(1)
+    except AttributeError as err:  # Lightning's LearningRateFinder callback, listed: it looks for task.lr (#16787)
+        if "When using the learning rate finder" not in str(err):
+            raise
+        print(
+            "error: Lightning's LearningRateFinder callback sets a learning rate attribute of the task (lr or "
+            "learning_rate), and this task's learning rate is its optimizer's (model.optimizer.init_args.lr): take the "
+            "callback out of trainer.callbacks and run the range test as a command instead: make lr-find.",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     except TrainingSpikeException as spike:  # Lightning's SpikeDetection, if a user lists it
         print(
             f"error: the run stopped on a loss spike (Lightning's SpikeDetection: {spike}, counted within its epoch); "
