@@ -33,17 +33,18 @@ from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from project.engine.accumulation import is_last_micro_batch
+from project.engine.errors import ConfigError
 from project.engine.hooks import defined_hooks_only
 
 WINDOW = 256  # values buffered on the device between two reads; a full buffer is read (and emptied) at once
 
 
 class Diverged(Exception):
-    """The run stopped on a non-finite value: the sentence says where, and what was kept."""
+    """The run stopped on a non-finite value: ``found`` says where, the message what was kept too."""
 
-    def __init__(self, message: str, rank: int) -> None:
+    def __init__(self, message: str, found: str, rank: int) -> None:
         super().__init__(message)
-        self.rank = rank
+        self.found, self.rank = found, rank
 
 
 def _local(t: Tensor) -> Tensor:
@@ -60,7 +61,7 @@ class DivergenceGuard(Callback):
             max_skips_in_a_row: with skip, this many skipped steps in a row are followed by a stop.
         """
         if max_skips_in_a_row < 1:
-            raise ValueError(f"max_skips_in_a_row={max_skips_in_a_row}: it must be 1 or more")
+            raise ConfigError(f"DivergenceGuard's max_skips_in_a_row={max_skips_in_a_row}: it must be 1 or more.")
         self.action, self.max_skips_in_a_row = action, max_skips_in_a_row
         self.skipped = 0  # steps skipped in this run (kept in the checkpoint)
         self._in_a_row = 0
@@ -99,10 +100,8 @@ class DivergenceGuard(Callback):
         self.skipped += 1
         self._in_a_row += 1
         if self._in_a_row > self.max_skips_in_a_row:
-            raise Diverged(
-                self._sentence(trainer, f"the gradient norm was {float(norm)} at {self._in_a_row} optimizer steps in a "
-                               f"row, the last step {trainer.global_step + 1}"), trainer.global_rank,
-            )  # fmt: skip
+            self._stop(trainer, f"the gradient norm was {float(norm)} at {self._in_a_row} optimizer steps in a row, "
+                       f"the last step {trainer.global_step + 1}")  # fmt: skip
 
     @staticmethod
     def _scaled(trainer: L.Trainer) -> bool:
@@ -161,10 +160,10 @@ class DivergenceGuard(Callback):
         if trainer.world_size > 1:
             diverged = trainer.strategy.reduce_boolean_decision(diverged, all=False)
         if diverged:
-            raise Diverged(self._sentence(trainer, found or "another process saw a non-finite value"),
-                           trainer.global_rank)  # fmt: skip
+            self._stop(trainer, found or "another process saw a non-finite value")
 
-    def _sentence(self, trainer: L.Trainer, found: str) -> str:
+    def _stop(self, trainer: L.Trainer, found: str) -> None:
+        """Raises ``Diverged``: ``found``, and the newest checkpoint, which was written before it."""
         directories = {Path(d) for cb in trainer.checkpoint_callbacks if (d := getattr(cb, "dirpath", None))}
         directories |= {Path(p).parent for cb in trainer.checkpoint_callbacks if (p := getattr(cb, "path", None))}
         written = sorted((f for d in directories for f in d.glob("*.ckpt")), key=lambda f: f.stat().st_mtime)
@@ -178,7 +177,7 @@ class DivergenceGuard(Callback):
         advice = "lower the learning rate or warm up longer"
         if self.action == "stop":
             advice += ", or let the DivergenceGuard callback skip such steps (action: skip)"
-        return f"the run diverged: {found}; {kept}. To go on, {advice}."
+        raise Diverged(f"the run diverged: {found}; {kept}. To go on, {advice}.", found, trainer.global_rank)
 
     # ---- resume ----------------------------------------------------------------------------------------------------
 

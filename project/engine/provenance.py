@@ -102,7 +102,7 @@ def ending(trainer: L.Trainer, exception: BaseException | None = None) -> str:
     if isinstance(exception, LoaderWorkerDied):
         return f"stopped at step {exception.step}: a DataLoader worker died"
     if isinstance(exception, Diverged):
-        return f"diverged: {str(exception).removeprefix('the run diverged: ').partition(';')[0]}"
+        return f"diverged: {exception.found}"
     if isinstance(exception, KeyboardInterrupt):
         return "interrupted (KeyboardInterrupt, no checkpoint)"
     if exception is not None:
