@@ -245,6 +245,18 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
 
 @pytest.mark.guarantee("the console log stays readable without a terminal")
 @pytest.mark.slow
+def test_an_epoch_without_a_validation_prints_no_earlier_validations_figures(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fit(tmp_path, "--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2", "--trainer.limit_train_batches=2",
+        "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
+    lines = [line for line in caplog.text.splitlines() if re.search(r"\bepoch \d: ", line)]
+    said = {int(re.search(r"\bepoch (\d): ", line)[1]): "val/loss=" in line for line in lines}  # type: ignore[index]
+    assert said == {0: False, 1: True, 2: False}  # validated after epoch 1 only
+
+
+@pytest.mark.guarantee("the console log stays readable without a terminal")
+@pytest.mark.slow
 def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> None:
     result = run_module("fit", "--config", DIGITS, "--config", DEBUG, "--trainer.max_epochs=3",
                         f"--trainer.logger.init_args.save_dir={tmp_path}", warnings=True)  # fmt: skip

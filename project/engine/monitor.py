@@ -69,6 +69,7 @@ class TrainingMonitor(L.Callback):
         self._tokens: Any = 0
         self._flops_per_batch: int | None = None
         self._peak_flops: float | None = None
+        self._validated_in: int | None = None  # the epoch of the last validation (not the sanity check)
 
     def _reset_window(self, now: float) -> None:
         self._window_start, self._wait, self._samples, self._batches, self._tokens = now, 0.0, 0, 0, 0
@@ -173,6 +174,8 @@ class TrainingMonitor(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A run validated by steps (val_check_interval in batches, as language models are) may never end an epoch:
         # without a terminal, a line per validation then shows it progressing.
+        if not trainer.sanity_checking:
+            self._validated_in = trainer.current_epoch
         by_steps = trainer.check_val_every_n_epoch is None or trainer.val_check_interval != 1.0
         if trainer.sanity_checking or not by_steps or sys.stdout.isatty():
             return
@@ -190,8 +193,10 @@ class TrainingMonitor(L.Callback):
         if not sys.stdout.isatty():
             metrics = trainer.callback_metrics
             judged = getattr(pl_module, "monitor", "val/loss")
+            # An epoch without a validation (check_val_every_n_epoch) shows none: the figures are an earlier one's.
+            shown_keys = [k for k in dict.fromkeys(("val/loss", judged)) if k in metrics]
             shown = "  ".join(
-                f"{k}={float(metrics[k]):.4f}" for k in dict.fromkeys(("val/loss", judged)) if k in metrics
+                f"{k}={float(metrics[k]):.4f}" for k in shown_keys if self._validated_in == trainer.current_epoch
             )
             took = time.perf_counter() - self._epoch_start
             rank_zero_info(f"epoch {trainer.current_epoch}: {shown}  ({took:.1f} s)")
