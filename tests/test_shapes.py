@@ -226,15 +226,33 @@ def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tm
     assert float(one.trainer.callback_metrics["test/loss"]) == pytest.approx(on_two, rel=1e-6)
 
 
-def _whole_gan_config(folder: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """The GAN fixture as a whole config of the user's, as `make train CONFIG=` takes one: the engine tests' config
-    with the GAN's overlay, composed by jsonargparse itself (--print_config)."""
+def _whole_config(folder: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:
+    """The engine tests' config with ``args`` (overlays, flags) as a whole config of the user's, as `make train
+    CONFIG=` takes one, composed by jsonargparse itself (--print_config)."""
     with pytest.raises(SystemExit) as exit_info:
-        CLI(["--config", DIGITS, "--config", GAN, "--print_config"], run=False)
+        CLI(["--config", DIGITS, *args, "--print_config"], run=False)
     assert exit_info.value.code in (0, None), capsys.readouterr().err[-2000:]
-    config = folder / "gan.yaml"
+    config = folder / "whole.yaml"
     config.write_text(capsys.readouterr().out)
     return config
+
+
+def _contract_on(config: Path, selected: str) -> tuple[str, list[tuple[str, str]]]:
+    """`make contract CONFIG=config` with the tests ``selected`` (pytest -k) in a process of its own: its output and
+    (test, PASSED or SKIPPED) for each test it ran."""
+    import subprocess
+    import sys
+
+    from conftest import PYTHONPATH
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", selected,
+         str(ROOT / "tests" / "test_contract.py")],
+        env={**os.environ, "PROJECT_CONTRACT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH},
+        cwd=config.parent, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    return done.stdout, re.findall(r"test_contract\.py::(\S+) (PASSED|SKIPPED)", done.stdout)
 
 
 @pytest.mark.guarantee(
@@ -267,26 +285,13 @@ def test_the_equivalence_runs_switch_off_every_dropout() -> None:
 def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import subprocess
-    import sys
-
-    from conftest import PYTHONPATH
-
-    config = _whole_gan_config(tmp_path, capsys)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", "declare or learns_one_batch",
-         str(ROOT / "tests" / "test_contract.py")],
-        env={**os.environ, "PROJECT_CONTRACT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH},
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:]
-    ran = re.findall(r"test_contract\.py::(\S+) (PASSED|SKIPPED)", done.stdout)
+    out, ran = _contract_on(_whole_config(tmp_path, capsys, "--config", GAN), "declare or learns_one_batch")
     assert ran == [
         ("test_the_task_and_the_datamodule_declare_their_contracts[default]", "PASSED"),
         ("test_fit_learns_one_batch_by_heart[default]", "SKIPPED"),
     ]
     # The subject is the given config: the GAN's waiver is what skipped the second.
-    assert "GAN cannot promise learns_one_batch_by_heart: adversarial" in done.stdout
+    assert "GAN cannot promise learns_one_batch_by_heart: adversarial" in out
 
 
 @pytest.mark.slow
@@ -297,26 +302,10 @@ def test_the_contract_suite_runs_on_a_config_of_ones_own_alone(
 def test_the_contract_suite_takes_an_integer_warmup_as_its_share_of_the_owners_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import subprocess
-    import sys
-
-    from conftest import PYTHONPATH
-
-    with pytest.raises(SystemExit):  # the engine tests' config as an owner's whole config: 800 steps, 49 of warmup
-        CLI(["--config", DIGITS, "--model.warmup=49", "--print_config"], run=False)
-    config = tmp_path / "mine.yaml"
-    config.write_text(capsys.readouterr().out)
+    config = _whole_config(tmp_path, capsys, "--model.warmup=49")  # an owner's run of 800 steps, 49 of warmup
     assert yaml.safe_load(config.read_text())["model"]["init_args"]["warmup"] == 49
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-k", "learns_one_batch",
-         str(ROOT / "tests" / "test_contract.py")],
-        env={**os.environ, "PROJECT_CONTRACT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH},
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:]  # its run is 30 steps: 49 would be refused
-    assert re.findall(r"test_contract\.py::(\S+) (PASSED|SKIPPED)", done.stdout) == [
-        ("test_fit_learns_one_batch_by_heart[default]", "PASSED")
-    ]
+    _, ran = _contract_on(config, "learns_one_batch")  # its run is 30 steps: a warmup of 49 would be refused
+    assert ran == [("test_fit_learns_one_batch_by_heart[default]", "PASSED")]
 
 
 @pytest.mark.slow
@@ -342,7 +331,7 @@ def test_the_data_notebook_shows_a_config_without_targets_with_two_optimizers(
     from conftest import PYTHONPATH
     from test_notebooks import _execute, _images, _text
 
-    config = _whole_gan_config(tmp_path, capsys)
+    config = _whole_config(tmp_path, capsys, "--config", GAN)
     notebook = _execute(ROOT / "notebooks" / "01_data_and_schedule.ipynb",
                         {"PROJECT_CONFIG": str(config), "PYTHONPATH": PYTHONPATH})  # fmt: skip
     assert _images(notebook) == 3  # samples, the splits' sizes, the first part's LR curve
