@@ -1,15 +1,16 @@
 """Processes of ``python -m project`` that start from an interpreter which has already imported torch, Lightning and
 the package: multiprocessing's fork server, started once per test process with those modules preloaded, forks each
 one. A fresh interpreter spends ~5 s of CPU importing them (``import lightning.pytorch`` alone ~4.5 s), which is
-most of what a short run in the contract suite costs.
+most of what a short run costs.
 
-``ranks`` runs a DDP job as torchrun would: one forked process per rank with ``LOCAL_RANK``, ``NODE_RANK`` and
-``WORLD_SIZE`` set (each rank's output in ``logs``), so Lightning launches nothing itself: its
-``LightningEnvironment`` sees processes created outside it. How Lightning's own launcher starts the ranks is the
-engine's concern, proven with fresh interpreters in tests/test_ddp.py (make test-all); what a user's task, data or
-net can break under 2 processes is the same here.
+``start`` is one such process, with the ``subprocess.Popen`` methods a test uses on it (``pid``, ``poll``, ``wait``):
+it may be signalled, stopped or killed like one, its process group with it (it leads a session of its own, as
+``start_new_session`` gives). ``ranks`` runs a DDP job as torchrun would: one forked process per rank with
+``LOCAL_RANK``, ``NODE_RANK`` and ``WORLD_SIZE`` set, so Lightning launches nothing itself: its
+``LightningEnvironment`` sees processes created outside it.
 
-Not for a test that signals or kills the process it started: the forked process is a child of the fork server.
+Not for what only a fresh interpreter shows: Lightning's own launcher of the ranks (it starts ``sys.executable``
+again), what a run imports, or a warning raised while importing. Those tests start ``python -m project`` itself.
 """
 
 import multiprocessing
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,17 +28,23 @@ _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 
 
-def _main(args: Sequence[str], env: dict[str, str], cwd: str, log: str) -> None:
-    """In the forked process: the environment, working directory and output of a fresh ``python -m project``."""
+def _main(args: Sequence[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> None:
+    """In the forked process: the environment, working directory, session and output of a fresh
+    ``python -m project``."""
+    os.setsid()  # its own process group, as Popen(start_new_session=True): killpg reaches its loader workers too
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
+    sys.path.insert(0, cwd)  # python -m puts the working directory first
+    for fd, path in ((1, stdout), (2, stderr)):
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (fd 1 stays open for the exit)
     sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     sys.argv = [sys.executable, *args]  # what a launcher or a provenance record reads
+    for action in filter(None, env.get("PYTHONWARNINGS", "").split(",")):  # read at start, which was the server's
+        warnings.simplefilter(action.split(":")[0])  # type: ignore[arg-type]  # in front, as at start
     import torch
 
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))  # read at import, which was the server's
@@ -52,6 +60,36 @@ def _main(args: Sequence[str], env: dict[str, str], cwd: str, log: str) -> None:
     os._exit(code)
 
 
+class Forked:
+    """``python -m project *args`` forked from the preloaded interpreter: ``subprocess.Popen``'s ``pid``, ``args``,
+    ``poll``, ``wait`` and ``returncode`` (negative: the signal that ended it)."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> None:
+        self.args = [sys.executable, "-m", "project", *args]
+        self._process = _context.Process(target=_main, args=(list(args), env, str(cwd), str(stdout), str(stderr)))
+        self._process.start()
+        self.pid: int = self._process.pid  # type: ignore[assignment]
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self._process.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self._process.exitcode
+
+
+def start(*args: str, env: dict[str, str], cwd: Path, stdout: Path | str, stderr: Path | str) -> Forked:
+    """``python -m project *args`` in ``cwd`` with exactly ``env``, its output appended to the files ``stdout`` and
+    ``stderr`` (the same file, or os.devnull, as a test needs)."""
+    return Forked(args, env, cwd, Path(stdout), Path(stderr))
+
+
 def ranks(
     *args: str, world_size: int, env: dict[str, str], cwd: Path, logs: Path, timeout: float
 ) -> subprocess.CompletedProcess[str]:
@@ -62,19 +100,16 @@ def ranks(
     for rank in range(world_size):
         log = logs / f"rank{rank}.log"
         rank_env = {**env, "LOCAL_RANK": str(rank), "NODE_RANK": "0", "WORLD_SIZE": str(world_size)}
-        process = _context.Process(target=_main, args=(args, rank_env, str(cwd), str(log)))
-        process.start()
-        processes.append(process)
+        processes.append(start(*args, env=rank_env, cwd=cwd, stdout=log, stderr=log))
         outputs.append(log)
     deadline = time.monotonic() + timeout  # a hang's limit, not a speed check: then the test fails, saying so
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
     codes = []
     for process in processes:
-        if process.exitcode is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.join()
-        codes.append(process.exitcode)
+        try:
+            codes.append(process.wait(max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            codes.append(process.wait())
     out = "".join(log.read_text(errors="replace") if log.exists() else "" for log in outputs)
     code = next((c for c in codes if c), 0)
     return subprocess.CompletedProcess(list(args), code, out, out)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import preloaded
 import pytest
 import torch
 from conftest import DEBUG, DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, scratch_dir
@@ -27,16 +28,15 @@ KILL_RUN = (
 )  # fmt: skip
 
 
-def _start(*args: str) -> subprocess.Popen:
+def _start(*args: str) -> preloaded.Forked:
+    """``python -m project fit *args``, forked from an interpreter that has imported the stack (the kills aim at its
+    training, not at its imports), in a session of its own (killpg stops or kills it whole)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MASTER_PORT": str(free_port()),
            "PYTHONPATH": PYTHONPATH}  # fmt: skip
-    return subprocess.Popen(
-        [sys.executable, "-m", "project", "fit", *args],
-        cwd=scratch_dir(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+    return preloaded.start("fit", *args, env=env, cwd=scratch_dir(), stdout=os.devnull, stderr=os.devnull)
 
 
-def _freeze_inside_a_write(proc: subprocess.Popen, run: Path, deadline: float) -> None:
+def _freeze_inside_a_write(proc: preloaded.Forked, run: Path, deadline: float) -> None:
     """Stops ``proc`` (SIGSTOP, then waits until the kernel shows it stopped) while a temp file of last.ckpt exists:
     a write lasts milliseconds, and a kill sent when the file was seen could land after the write's rename (seen in
     CI: a test aimed at a write that killed after it). Stopped, the process cannot finish the write before the kill."""
@@ -61,7 +61,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     overlay = _overlay(tmp_path, every_n_train_steps=1, crash=None, workers=0)
     reference = run_module(
         "fit", "--config", DIGITS, "--config", overlay, f"--trainer.logger.init_args.save_dir={tmp_path / 'ref'}",
-        *KILL_RUN,
+        *KILL_RUN, forked=True,
     )  # fmt: skip
     assert reference.returncode == 0, reference.stderr[-3000:]
     expected = torch.load(tmp_path / "ref/digits/version_0/checkpoints/last.ckpt", weights_only=True)
@@ -107,7 +107,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
 
     assert mid_write["atomic"] >= 1 and mid_write["background"] >= 1, f"kills inside a checkpoint write: {mid_write}"
     assert steps == sorted(steps) and steps[-1] < 100, steps  # progress, and the run was not finished
-    final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *background)
+    final = run_module("fit", "--config", str(run / "config.yaml"), "--ckpt_path", str(last), *background, forked=True)
     assert final.returncode == 0, final.stderr[-3000:]
     got = torch.load(last, weights_only=True)
     assert got["global_step"] == expected["global_step"] == 100
@@ -122,18 +122,17 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_saves_a_checkpoint_and_says_how_to_resume(signum: int, tmp_path: Path) -> None:
     save_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "project", "fit", "--config", DIGITS, save_dir],
-        cwd=scratch_dir(), env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH}, stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL, text=True, start_new_session=True,
-    )  # fmt: skip
+    stderr = tmp_path / "stderr"
+    proc = preloaded.start("fit", "--config", DIGITS, save_dir, cwd=scratch_dir(), stdout=os.devnull, stderr=stderr,
+                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": PYTHONPATH})  # fmt: skip
     run = tmp_path / "digits" / "version_0"
     deadline = time.monotonic() + 120
     while not (run / "checkpoints" / "last.ckpt").is_file():  # training is under way (end of epoch 0)
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
     os.kill(proc.pid, signum)
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    err = stderr.read_text()
     assert proc.returncode == 128 + signum
     step = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     name = signal.Signals(signum).name
@@ -411,7 +410,7 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
     # write at the next save: epoch 1's last.ckpt, which is then not written either).
     failed = run_module("fit", "--config", DIGITS, *run_args, f"--trainer.logger.init_args.save_dir={small_disk}",
                         "--trainer.callbacks+=probes.FillDisk", f"--trainer.callbacks.path={filler}",
-                        f"--trainer.callbacks.done={tmp_path / 'filled'}")  # fmt: skip
+                        f"--trainer.callbacks.done={tmp_path / 'filled'}", forked=True)  # fmt: skip
     assert failed.returncode == 1, failed.stderr[-3000:]
     error = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
     assert len(error) == 1 and "could not write the checkpoint" in error[0] and "no space left" in error[0], error

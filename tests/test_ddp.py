@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, scalars, scratch_dir
+from conftest import DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module, run_ranks, scalars, scratch_dir
 from test_mechanics import expected_lr
 from toy import Classifier, ConvNet
 
@@ -200,35 +200,20 @@ def test_callback_decisions_agree_on_all_ranks_and_only_rank_zero_writes(runs: d
 def test_ddp_resume_from_mid_epoch_equals_the_uninterrupted_run(tmp_path: Path) -> None:
     from test_resume import RUN, _overlay
 
+    # Ranks forked as torchrun starts them (run_ranks): what resume does under DDP is the subject here, how
+    # Lightning's launcher starts the ranks is the `runs` fixture's (and torchrun's and SLURM's below).
     ddp = ("--config", str(ROOT / "configs" / "ddp.yaml"), "--trainer.accelerator=cpu", "--data.batch_size=16")
     plain, crashing = _overlay(tmp_path, 4, None, 0), _overlay(tmp_path, 4, {"step": 15}, 0)
-    straight = run_module(
-        "fit",
-        "--config",
-        DIGITS,
-        *ddp,
-        *RUN,
-        "--config",
-        plain,
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}",
-    )
+    straight = run_ranks("fit", "--config", DIGITS, *ddp, *RUN, "--config", plain,
+                         f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}", cwd=scratch_dir())  # fmt: skip
     assert straight.returncode == 0, straight.stderr[-3000:]
-    crashed = run_module(
-        "fit", "--config", DIGITS, *ddp, *RUN, "--config", crashing,
-        f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
-    )  # fmt: skip
+    crashed = run_ranks("fit", "--config", DIGITS, *ddp, *RUN, "--config", crashing,
+                        f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}", cwd=scratch_dir())  # fmt: skip
     assert crashed.returncode != 0 and "simulated crash" in crashed.stderr
     run = tmp_path / "b" / "digits" / "version_0"
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12  # mid epoch 1
-    resumed = run_module(
-        "fit",
-        "--config",
-        str(run / "config.yaml"),
-        "--config",
-        plain,
-        "--ckpt_path",
-        str(run / "checkpoints/last.ckpt"),
-    )
+    resumed = run_ranks("fit", "--config", str(run / "config.yaml"), "--config", plain,
+                        "--ckpt_path", str(run / "checkpoints/last.ckpt"), cwd=scratch_dir())  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = torch.load(tmp_path / "a/digits/version_0/checkpoints/last.ckpt", weights_only=True)["state_dict"]
     got = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
@@ -422,10 +407,11 @@ def test_fsdp_on_two_processes_matches_one_process_and_checkpoints_whole(runs: d
     # the full weights and the full gradient that FSDP computed from its shards are gathered, and the gradient
     # is recomputed here in float64 from those very weights on the same global batch.
     no_recorder = [a for a in COMMON if "probes.Recorder" not in a and "precision" not in a]
-    result = run_module(
+    result = run_ranks(
         "fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "fsdp.yaml"), "--data.batch_size=16",
         *no_recorder, f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--trainer.callbacks+=probes.FullStateAtSteps", f"--trainer.callbacks.out={tmp_path / 'fsdp.pt'}",
+        cwd=scratch_dir(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     last = torch.load(tmp_path / "digits" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)

@@ -142,9 +142,9 @@ def test_two_processes_get_the_one_process_gradient_on_chats(
 
 def _on_two_processes(overlay: str, common: tuple[str, ...], out: Path, *more: str) -> list[dict]:
     """``fit`` over ``configs/<overlay>`` (DDP or FSDP) as 2 processes x 4 chats: each rank's ``probes.Recorder``."""
-    from conftest import ROOT, run_module
+    from conftest import ROOT, run_ranks
 
-    result = run_module("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / overlay),
+    result = run_ranks("fit", "--config", DIGITS, "--config", SFT, "--config", str(ROOT / "configs" / overlay),
                         *common, "--data.batch_size=4", f"--trainer.logger.init_args.save_dir={out}",
                         f"--trainer.callbacks.out_dir={out}", *more, cwd=Path.cwd())  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DIGITS, ROOT, TOKENS, fit, run_module, scalars
+from conftest import DIGITS, ROOT, TOKENS, fit, run_ranks, scalars, scratch_dir
 from probes import Recorder, Snapshots
 from tokens import TokenNet, VariableLengthTokens, pad
 
@@ -80,9 +80,9 @@ def test_two_processes_with_unequal_token_counts_equal_one_process(tmp_path: Pat
               "--trainer.callbacks.keep_grads=true")  # fmt: skip
     fit(tmp_path / "single", *common, f"--trainer.callbacks.out_dir={tmp_path / 'one'}", "--data.batch_size=4",
         configs=(DIGITS, TOKENS))  # fmt: skip
-    ddp = run_module("fit", "--config", DIGITS, "--config", TOKENS, "--config", str(ROOT / "configs" / "ddp.yaml"),
-                     *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=2",
-                     f"--trainer.callbacks.out_dir={tmp_path / 'two'}")  # fmt: skip
+    ddp = run_ranks("fit", "--config", DIGITS, "--config", TOKENS, "--config", str(ROOT / "configs" / "ddp.yaml"),
+                    *common, f"--trainer.logger.init_args.save_dir={tmp_path / 'ddp'}", "--data.batch_size=2",
+                    f"--trainer.callbacks.out_dir={tmp_path / 'two'}", cwd=scratch_dir())  # fmt: skip
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one = torch.load(tmp_path / "one" / "rank0.pt", weights_only=True)
     ranks = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
