@@ -249,7 +249,7 @@ def test_warmup_longer_than_the_run_is_refused_and_leaves_no_run_behind(tmp_path
     # Only known once the run length is (a debug run has 5 optimizer steps); found by the real entry point.
     result = run_module(
         "fit", "--config", DIGITS, "--config", DEBUG, f"--trainer.logger.init_args.save_dir={tmp_path}",
-        "--model.warmup=5",
+        "--model.warmup=5", forked=True,
     )  # fmt: skip
     assert result.returncode == 2
     assert "model.warmup resolves to 5 warmup steps, but the run has only 5 optimizer steps" in result.stderr

@@ -183,10 +183,11 @@ PROFILE = str(ROOT / "configs" / "profile.yaml")
 def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(
     tmp_path: Path, args: tuple[str, ...], window: str
 ) -> None:
-    # In a fresh process, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the process.
+    # In a process of its own, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the
+    # process (forked from one that imported the stack and profiled nothing).
     result = run_module(
         "fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
-        *args, f"--trainer.logger.init_args.save_dir={tmp_path}",
+        *args, f"--trainer.logger.init_args.save_dir={tmp_path}", forked=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     trace = json.loads((tmp_path / "profile" / "version_0" / "trace.json").read_text())
@@ -305,7 +306,8 @@ def test_a_run_validated_by_steps_logs_a_line_per_validation_without_a_terminal(
     """A step-based run (validations every N batches) may never end an epoch: one line per validation instead."""
     steps = ("--trainer.max_epochs=null", "--trainer.max_steps=7", "--trainer.val_check_interval=3")
     short = ("--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2")
-    result = run_module("fit", "--config", DIGITS, *steps, *short, f"--trainer.logger.init_args.save_dir={tmp_path}")
+    result = run_module("fit", "--config", DIGITS, *steps, *short, f"--trainer.logger.init_args.save_dir={tmp_path}",
+                        forked=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stdout + result.stderr
     for step in (3, 6, 7):

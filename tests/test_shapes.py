@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import DIGITS, ROOT, fit, run_module, scalars, warmup_cosine
+from conftest import DIGITS, ROOT, fit, run_ranks, scalars, scratch_dir, warmup_cosine
 from shapes import TwoInputs, Unlabelled
 from torchmetrics import Metric
 from toy import Digits
@@ -210,10 +210,10 @@ def test_a_task_with_two_optimizers_trains_on_two_ddp_processes_from_one_flag(tm
     ):
         CLI(["--config", DIGITS, "--config", GAN, *ddp, f"--trainer.logger.init_args.save_dir={tmp_path}"],
             run=False)  # fmt: skip
-    done = run_module("fit", "--config", DIGITS, "--config", GAN, *ddp, "--trainer.max_steps=6",
-                      "--trainer.strategy=ddp_find_unused_parameters_true", "--trainer.max_epochs=-1",
-                      "--data.test_fraction=0.1495",  # 269 test samples: 2 processes cannot share them evenly
-                      f"--trainer.logger.init_args.save_dir={tmp_path}")  # fmt: skip
+    done = run_ranks("fit", "--config", DIGITS, "--config", GAN, *ddp, "--trainer.max_steps=6",
+                     "--trainer.strategy=ddp_find_unused_parameters_true", "--trainer.max_epochs=-1",
+                     "--data.test_fraction=0.1495",  # 269 test samples: 2 processes cannot share them evenly
+                     f"--trainer.logger.init_args.save_dir={tmp_path}", cwd=scratch_dir())  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "gan" / "version_0"
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

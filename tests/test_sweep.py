@@ -191,7 +191,7 @@ def test_best_yaml_trains_the_best_trial_again_to_the_same_metric(killed_and_con
     config = yaml.safe_load(best_yaml.read_text())
     assert not any("sweep" in cb["class_path"] for cb in config["trainer"]["callbacks"])
     assert config["trainer"]["logger"]["init_args"]["name"] == "digits"  # logs like any run, not into the sweep
-    result = run_module("fit", "--config", str(best_yaml))
+    result = run_module("fit", "--config", str(best_yaml), forked=True)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = Path(run["base"]) / "logs" / "digits" / "version_0"
     best = load_checkpoint(run_dir / "checkpoints" / "best.ckpt")
