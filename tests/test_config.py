@@ -205,6 +205,39 @@ def test_bad_input_exits_non_zero_naming_the_key(
     assert not (tmp_path / "digits").exists()
 
 
+# A net of the user's own with a mistake where Python finds it: importing its file, or building the net.
+YOUR_NETS = {
+    "importing": ("from torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x: Any) -> Any:\n"
+                  "        return x\n", 5, "def forward(self, x: Any) -> Any:", "in Net: NameError: name 'Any' is not"
+                  " defined (importing the class that model.net names)"),
+    "building": ("from torch import nn\n\n\nclass Net(nn.Module):\n    def __init__(self) -> None:\n"
+                 "        super().__init__()\n        self.out = nn.Linear(64, hidden)\n", 7,
+                 "self.out = nn.Linear(64, hidden)", ".Net.__init__: NameError: name 'hidden' is not defined"),
+}  # fmt: skip
+
+
+@pytest.mark.guarantee(
+    "an error raised while importing or building a class of your own names your file, its line and the exception, "
+    "exit 2"
+)
+@pytest.mark.parametrize("when", list(YOUR_NETS))
+def test_an_error_in_your_own_code_names_your_file_and_line(
+    when: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, line, source, said = YOUR_NETS[when]
+    module = f"your_net_{when}"  # a name of its own: a module imported by another test is not imported again
+    (tmp_path / f"{module}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}",
+              f"--model.net={module}.Net"])  # fmt: skip
+    assert exit_info.value.code == 2
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: {tmp_path / module}.py, line {line} (`{source}`)")
+    assert error.endswith(said), error
+    assert not (tmp_path / "digits").exists()
+
+
 def test_the_command_line_is_read_without_a_warning_and_a_bare_optimizer_name_is_torchs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

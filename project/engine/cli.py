@@ -33,7 +33,7 @@ from project.engine.checks import (
 from project.engine.config_keys import flatten
 from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError, config_error_in
+from project.engine.errors import ConfigError, config_error_in, raised_in_your_code
 from project.engine.faults import run_with_exit_codes
 from project.engine.parser import Parser, refused_by_constructor, torch_optimizer_names
 from project.engine.portable import learned_in, restoring
@@ -171,7 +171,9 @@ class CLI(LightningCLI):
             with restoring(getattr(self, "_learned", None)):
                 super().instantiate_classes()
         except ValueError as err:  # jsonargparse wraps what a constructor raised: our error unwrapped, else one line
-            raise (config_error_in(err) or refused_by_constructor(err) or err) from None
+            where = raised_in_your_code(err)  # a constructor of the user's raised: their line
+            yours = ConfigError(where) if where else None
+            raise (config_error_in(err) or yours or refused_by_constructor(err) or err) from None
 
     def after_instantiate_classes(self) -> None:
         task, data = self.model, self.datamodule

@@ -9,7 +9,7 @@ from typing import NoReturn
 import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
-from project.engine.errors import ConfigError
+from project.engine.errors import ConfigError, raised_in_your_code
 from project.engine.optimization import WarmupSchedule
 
 # --help lists the Trainer's keys but not those of the classes a config chooses (the task, its net, the DataModule).
@@ -24,6 +24,11 @@ class Parser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):  # raised for a caller to handle
             super().error(condensed(message), ex)
+        where = raised_in_your_code(ex) if ex is not None else None
+        if where:  # importing a class of the user's failed: their line, then the key that named the class
+            key = condensed(message).partition(":")[0]
+            print(f"error: {where} (importing the class that {key} names)", file=sys.stderr)
+            sys.exit(2)
         print(f"error: {condensed(message)}  ({KEYS_HINT})", file=sys.stderr)
         sys.exit(2)
 
