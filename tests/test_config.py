@@ -175,6 +175,10 @@ BAD_INPUTS = [
     (["--trainer.max_epochs=null"], "trainer.max_epochs"),
     (["--trainer.use_distributed_sampler=true"], "trainer.use_distributed_sampler=true"),
     (["--model=toy.Regressor"], "learns from values, but data.class_path=Digits serves classes"),
+    (
+        ["--model.optimizer=torch.optim.LBFGS", "--model.param_groups=null", "--trainer.accumulate_grad_batches=2"],
+        "error: model.optimizer=LBFGS with trainer.accumulate_grad_batches=2: LBFGS evaluates the loss several times",
+    ),
     # A constructor that refuses its arguments (jsonargparse wraps its error in a page of union subtypes).
     (
         ["--trainer.profiler=lightning.pytorch.profilers.PyTorchProfiler", "--trainer.profiler.sort_by_key=total"],

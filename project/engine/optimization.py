@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from torch import Tensor, nn
-from torch.optim import Optimizer, SparseAdam
+from torch.optim import LBFGS, Optimizer, SparseAdam
 from torch.optim.lr_scheduler import LRScheduler
 
 from project.engine.errors import ConfigError
@@ -70,6 +70,18 @@ def build_optimizer(optimizer: OptimizerCallable, groups: list[dict]) -> Optimiz
     for group in built.param_groups:
         group["lr"] = built.defaults["lr"] * group.setdefault("lr_scale", 1.0)  # x 1.0 is exact
     return built
+
+
+def refuse_accumulation_across_closure_calls(optimizer: Optimizer, accumulate_grad_batches: int) -> None:
+    """LBFGS calls its closure (forward and backward on the stepping batch) several times per step, each from zeroed
+    gradients only when no window is open: under accumulation the window's earlier batches' gradients are added to
+    every call's, and the run trains on nonsense without a word (test/acc 0.09 where 0.88 without)."""
+    if isinstance(optimizer, LBFGS) and accumulate_grad_batches > 1:
+        raise ConfigError(
+            f"model.optimizer=LBFGS with trainer.accumulate_grad_batches={accumulate_grad_batches}: LBFGS evaluates "
+            "the loss several times per step on the stepping batch alone, so the window's other batches cannot "
+            "take part; set trainer.accumulate_grad_batches=1 (a larger data.batch_size gives the larger batch)."
+        )
 
 
 class WarmupSchedule(LRScheduler):

@@ -29,6 +29,7 @@ from project.engine.optimization import (
     check_warmup,
     optimizer_groups,
     planned_run,
+    refuse_accumulation_across_closure_calls,
 )
 from project.engine.task_contract import PROMISES as PROMISES  # importable from here
 from project.engine.task_contract import Batch, TaskContract
@@ -235,6 +236,7 @@ class Task(TaskContract, L.LightningModule):
         # The config's recipe; a fine-tuned backbone has groups of its own all run long (frozen: no gradients).
         backbone, scale = finetuning.finetuned_backbone(self), self.hparams["backbone_lr_scale"]
         optimizer = build_optimizer(self.optimizer, optimizer_groups(self, self.param_groups, backbone, scale))
+        refuse_accumulation_across_closure_calls(optimizer, self.trainer.accumulate_grad_batches)
         total, warmup = planned_run(self.trainer, self.hparams["warmup"])
         scheduler = self.schedule(optimizer, total, warmup)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
