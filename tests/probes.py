@@ -437,3 +437,18 @@ class PoisonBuffers(L.Callback):
             for buffer in pl_module.buffers():
                 if buffer.is_floating_point():
                     buffer.fill_(float("nan"))
+
+
+class StepWeights(L.Callback):
+    """The task's raw weights and buffers (copies) after every optimizer step, in ``StepWeights.taken`` (class-level:
+    the CLI builds the callback from its class path)."""
+
+    taken: ClassVar[list[dict[str, torch.Tensor]]] = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        StepWeights.taken, self._step = [], trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if trainer.global_step > self._step:
+            StepWeights.taken.append({k: v.detach().clone() for k, v in pl_module.state_dict().items()})
+            self._step = trainer.global_step

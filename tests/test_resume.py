@@ -43,11 +43,13 @@ def _interrupted_then_resumed(
     with pytest.raises((Crash, Interrupted)):
         fit(tmp_path, *RUN, *flags, configs=(DIGITS, _overlay(tmp_path, every, crash, workers)))
     assert (run / "checkpoints" / "last.ckpt").is_file()
-    # The resumed process: the run's own saved config, its last.ckpt (what `make resume` runs).
-    resumed = fit(
-        tmp_path, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-        configs=(str(run / "config.yaml"), _overlay(tmp_path, every, None, workers)),
-    )  # fmt: skip
+    # The resumed process: the run's own saved config, its last.ckpt (what `make resume` runs), without the crash.
+    callbacks = yaml.safe_load((run / "config.yaml").read_text())["trainer"]["callbacks"]
+    uncrashed = tmp_path / "uncrashed.yaml"
+    uncrashed.write_text(yaml.safe_dump({"trainer": {"callbacks": [
+        cb for cb in callbacks if not cb["class_path"].endswith("CrashAt")]}}))  # fmt: skip
+    last = str(run / "checkpoints" / "last.ckpt")
+    resumed = fit(tmp_path, "--ckpt_path", last, configs=(str(run / "config.yaml"), str(uncrashed)))
     assert resumed.trainer.global_step == EPOCHS * BATCHES
     assert [d.name for d in (tmp_path / "digits").iterdir()] == ["version_0"]  # no second run
     return run
@@ -61,6 +63,7 @@ SGD_LINEAR = ("--model.optimizer=SGD", "--model.optimizer.momentum=0.9", "--mode
 # one parameter group: LBFGS takes no other.
 LBFGS = ("--model.optimizer=torch.optim.LBFGS", "--model.optimizer.lr=0.5", "--model.param_groups=null",
          "--model.net=toy.MLP")  # fmt: skip
+EMA = ("--trainer.callbacks+=project.engine.ema.EMA", "--trainer.callbacks.decay=0.9")
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
     "mid-epoch": (4, {"step": 15}, 0, ()),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
@@ -88,6 +91,8 @@ CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     # The recipe by config: SGD with Nesterov momentum (its buffers come back) and a linear decay; AdamW with WSD.
     "mid-epoch-sgd-linear": (4, {"step": 15}, 0, SGD_LINEAR),
     "mid-epoch-lbfgs": (4, {"step": 15}, 0, LBFGS),
+    # An EMA of the weights: the average and the raw weights both come back (validation evaluates the average).
+    "mid-epoch-ema": (4, {"step": 15}, 0, EMA),
     "sigint-wsd": (
         None,
         {"step": 26, "signal": int(signal.SIGINT)},
@@ -125,6 +130,8 @@ def test_resumed_run_equals_the_uninterrupted_one(case: str, tmp_path: Path) -> 
         assert resumed_last["MixedPrecision"] == straight_last["MixedPrecision"]
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs after resuming ({case})"
+    for name, value in straight_last.get("current_model_state", {}).items():  # an EMA's raw weights
+        assert torch.equal(resumed_last["current_model_state"][name], value), f"raw {name} differs ({case})"
     a, b = scalars(straight / "digits" / "version_0"), scalars(resumed)
     lrs = [tag for tag in a if tag.startswith("lr-")]  # decay, no_decay, or a backbone's and head's groups
     assert len(lrs) == (4 if "--model.freeze_backbone=1" in flags else 1 if "--model.param_groups=null" in flags else 2)
