@@ -87,6 +87,26 @@ def test_validation_and_the_final_test_evaluate_the_average(ema_run: dict) -> No
     assert logged["val/acc"][-1][1] == pytest.approx(acc, abs=1e-7)  # a ratio of counts, stored as float32
 
 
+@pytest.mark.guarantee("EMA: `make export` exports the average (parity with the averaged task), not the raw weights")
+def test_the_export_is_the_average(ema_run: dict) -> None:
+    from project.engine.export import export
+
+    cli, best = ema_run["cli"], ema_run["run"] / "checkpoints" / "best.ckpt"
+    export(best)
+    program = torch.export.load(best.parent / "model.pt2").module()
+    images, _ = _split(cli, "test")
+    task, raw = cli.model, {k: v.clone() for k, v in cli.model.state_dict().items()}
+    outputs = {}
+    for name in ("state_dict", "current_model_state"):
+        task.load_state_dict(ema_run["best"][name])
+        with torch.no_grad():
+            outputs[name] = task.eval()(images)
+    task.load_state_dict(raw)
+    exported = program(images)
+    torch.testing.assert_close(exported, outputs["state_dict"], rtol=0, atol=1e-4)  # export's own parity bound
+    assert not torch.allclose(exported, outputs["current_model_state"], rtol=0, atol=1e-4)
+
+
 def test_an_update_reads_nothing_on_the_host(ema_run: dict) -> None:
     cli = ema_run["cli"]
     ema = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EMA))
