@@ -21,6 +21,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_info
 
 from project.engine import faults, quiet
+from project.engine.callback_keys import edit_callbacks
 from project.engine.checkpoints import load_checkpoint
 from project.engine.checks import (
     check_agrees_with_checkpoint,
@@ -35,7 +36,6 @@ from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in, raised_in_your_code
 from project.engine.faults import run_with_exit_codes
-from project.engine.last_checkpoint import LastCheckpoint
 from project.engine.parser import Parser, refused_by_constructor, torch_optimizer_names
 from project.engine.portable import learned_in, restoring
 from project.engine.provenance import Provenance
@@ -46,22 +46,6 @@ from project.engine.tracking import TrackerRun, fill_in, require_extra
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}  # checkpoint paths Lightning resolves itself
 _LINKED_FROM_DATA = ("target_names",)  # the task's arguments linked from the data's (add_arguments_to_parser)
 quiet.hide_upstream_lines()
-
-
-def set_checkpoint_interval(trainer: Any, every: int) -> None:
-    """``checkpoint_every_n_steps``: jsonargparse sets a list's item only by restating the list (or the last item by
-    ``--trainer.callbacks.<key>``), so the interval of mid-epoch checkpoints has a key of its own."""
-    if every < 1:
-        raise ConfigError(f"checkpoint_every_n_steps={every}: give a number of optimizer steps >= 1, or null.")
-    listed = [cb for cb in trainer.callbacks or [] if issubclass(kind_of(cb), LastCheckpoint)]
-    if not listed:
-        raise ConfigError(
-            f"checkpoint_every_n_steps={every} sets the interval of the LastCheckpoint callback, which "
-            "trainer.callbacks does not list: add project.engine.last_checkpoint.LastCheckpoint to it "
-            "(configs/default.yaml lists it)."
-        )
-    for callback in listed:
-        callback.init_args.every_n_train_steps = every
 
 
 class CLI(LightningCLI):
@@ -101,11 +85,11 @@ class CLI(LightningCLI):
         # replace its samplers. Refused below if a config turns this back on.
         parser.set_defaults({"trainer.use_distributed_sampler": False})
         parser.add_argument(
-            "--checkpoint_every_n_steps",
-            type=int | None,
+            "--callback",
+            type=dict[str, Any] | None,
             default=None,
-            help="last.ckpt every N optimizer steps too, mid-epoch (the resume is exact): the every_n_train_steps of "
-            "the LastCheckpoint that trainer.callbacks lists, set without restating the list",
+            help="one listed callback off (--callback.TaskEarlyStopping=false) or one of its arguments set "
+            "(--callback.LastCheckpoint.every_n_train_steps=50) without restating trainer.callbacks",
         )
         parser.add_argument(
             "--trackers",
@@ -157,8 +141,9 @@ class CLI(LightningCLI):
         ]:
             if getattr(logger, "class_path", None):  # a logger whose extra is not installed: refused in one sentence
                 require_extra(key, logger.class_path)
-        if self.subcommand in ("fit", None) and config.checkpoint_every_n_steps is not None:
-            set_checkpoint_interval(config.trainer, config.checkpoint_every_n_steps)
+        if config.callback:  # applied to the list, which the run's config.yaml then holds as it ran
+            edit_callbacks(config.trainer, config.callback)
+            config.callback = None
         if self.subcommand in ("validate", "test", "predict"):
             # validate, test and predict of a checkpoint write no run directory (their scores are printed) and no
             # checkpoint: without the run's checkpoint callbacks Lightning does not restore their state from the
