@@ -175,6 +175,23 @@ BAD_INPUTS = [
     (["--trainer.max_epochs=null"], "trainer.max_epochs"),
     (["--trainer.use_distributed_sampler=true"], "trainer.use_distributed_sampler=true"),
     (["--model=toy.Regressor"], "learns from values, but data.class_path=Digits serves classes"),
+    # One listed callback's argument set, or the callback switched off, by a key of its own: a name or an argument
+    # that is not there, or a value of the wrong type, is named.
+    (
+        ["--callback.TaskEarlyStoping=false"],
+        "error: callback.TaskEarlyStoping: trainer.callbacks lists no "
+        "TaskEarlyStoping; it lists DivergenceGuard, TaskCheckpoint, LastCheckpoint, TaskEarlyStopping",
+    ),
+    (
+        ["--callback.TaskEarlyStopping.patiense=2"],
+        "error: callback.TaskEarlyStopping.patiense: TaskEarlyStopping "
+        "takes no argument 'patiense'; it takes monitor, mode, min_delta, patience",
+    ),
+    (
+        ["--callback.LastCheckpoint.every_n_train_steps=often"],
+        "error: callback.LastCheckpoint.every_n_train_steps='often': expected int or NoneType.",
+    ),
+    (["--callback.LastCheckpoint=true"], "error: callback.LastCheckpoint=True: false takes LastCheckpoint out of"),
     (
         ["--model.optimizer=torch.optim.LBFGS", "--model.param_groups=null", "--trainer.accumulate_grad_batches=2"],
         "error: model.optimizer=LBFGS with trainer.accumulate_grad_batches=2: LBFGS evaluates the loss several times",
@@ -207,6 +224,24 @@ def test_bad_input_exits_non_zero_naming_the_key(
     err = capsys.readouterr().err
     assert message in err and "usage:" not in err  # the one sentence, not jsonargparse's page of usage before it
     assert not (tmp_path / "digits").exists()
+
+
+@pytest.mark.guarantee(
+    "one listed callback is switched off (`--callback.<Name>=false`) or one of its arguments set "
+    "(`--callback.<Name>.<argument>=<value>`) without restating trainer.callbacks"
+)
+def test_one_listed_callback_is_switched_off_or_set_by_one_key(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from project.engine.cli import CLI
+
+    common = ["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    listed = CLI([*common, "--callback.TaskEarlyStopping.patience=2"], run=False).trainer.callbacks
+    (stopping,) = [cb for cb in listed if isinstance(cb, EarlyStopping)]
+    assert stopping.patience == 2
+    without = CLI([*common, "--callback.TaskEarlyStopping=false"], run=False).trainer.callbacks
+    assert not [cb for cb in without if isinstance(cb, EarlyStopping)]
+    assert [type(cb) for cb in without] == [type(cb) for cb in listed if cb is not stopping]  # only it went
 
 
 # A net of the user's own with a mistake where Python finds it: importing its file, or building the net.
