@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DIGITS, HOST_SYNCS, fit, offending_ops, scalars
+from conftest import DIGITS, HOST_SYNCS, ROOT, fit, offending_ops, run_ranks, scalars, scratch_dir
 from probes import StepWeights
 
 from project.engine.ema import EMA
@@ -128,3 +128,30 @@ def test_a_decay_outside_the_unit_interval_is_refused(tmp_path: Path, capsys: py
               "--trainer.callbacks+=project.engine.ema.EMA", "--trainer.callbacks.decay=1.0"])  # fmt: skip
     assert exit_info.value.code == 2 and "EMA decay=1.0: give a number in [0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "digits").exists()
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+@pytest.mark.guarantee(
+    "EMA: two DDP processes end with the average (and the raw weights) of one process on the combined batch"
+)
+def test_two_processes_average_as_one(tmp_path: Path) -> None:
+    from test_ddp import ATOL
+
+    # float64 and no dropout, as the DDP equivalence tests (tests/test_ddp.py): only the gradient's summation order
+    # differs, so the weights, and the average of them, agree to ATOL.
+    common = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2",
+              "--trainer.limit_test_batches=2", "--trainer.accelerator=cpu", "--data.drop_last=true",
+              "--model.net.init_args.dropout=0.0", "--trainer.precision=64-true",
+              "--trainer.callbacks+=project.engine.ema.EMA", f"--trainer.callbacks.decay={DECAY}")  # fmt: skip
+    fit(tmp_path / "one", *common, "--data.batch_size=32")
+    two = run_ranks("fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "ddp.yaml"), *common,
+                    "--data.batch_size=16", f"--trainer.logger.init_args.save_dir={tmp_path / 'two'}",
+                    cwd=scratch_dir())  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    one_last, two_last = (torch.load(tmp_path / r / "digits" / "version_0" / "checkpoints" / "last.ckpt",
+                                     weights_only=True) for r in ("one", "two"))  # fmt: skip
+    assert one_last["global_step"] == two_last["global_step"] == 6
+    for key in ("state_dict", "current_model_state"):
+        for name, value in one_last[key].items():
+            torch.testing.assert_close(two_last[key][name], value, rtol=0, atol=ATOL, msg=f"{key} {name}")

@@ -46,6 +46,8 @@ class EMA(WeightAveraging):
         # Lightning's setup first calls configure_model, for a module that builds its layers there: a task builds
         # its net in __init__ and only compiles or shards it there, which the average need not copy.
         self._average_model = AveragedModel(model=pl_module, device=pl_module.device, use_buffers=True)
+        # In the dtype the precision plugin gives the task later (64-true, bf16-true), before a resume loads into it.
+        trainer.precision_plugin.convert_module(self._average_model.module)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         # Once per optimizer step (global_step counts those, under accumulation and manual optimization alike).
