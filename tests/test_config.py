@@ -1,5 +1,6 @@
 """Config overlays compose and run; bad input exits non-zero with a message naming the key."""
 
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -242,6 +243,34 @@ def test_one_listed_callback_is_switched_off_or_set_by_one_key(tmp_path: Path) -
     without = CLI([*common, "--callback.TaskEarlyStopping=false"], run=False).trainer.callbacks
     assert not [cb for cb in without if isinstance(cb, EarlyStopping)]
     assert [type(cb) for cb in without] == [type(cb) for cb in listed if cb is not stopping]  # only it went
+
+
+@pytest.mark.guarantee(
+    "the recipe as it runs is printed as training starts (the optimizer and its groups' arguments, the schedule with "
+    "the run's length and warmup, clipping, accumulation); switching the optimizer's class on the command line names "
+    "the arguments it keeps from the config's"
+)
+def test_the_recipe_as_it_runs_is_printed_and_a_switched_optimizer_names_what_it_keeps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from project.engine.parser import carried_over
+
+    caplog.set_level(logging.INFO)
+    # 4 batches in windows of 2: 2 optimizer steps; warmup 0.05 of them rounds up to 1 (tests/configs/digits.yaml).
+    cli = fit(tmp_path, "--trainer.max_epochs=1", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1",
+              "--trainer.limit_test_batches=1", "--trainer.accumulate_grad_batches=2", "--model.net=toy.BackboneNet",
+              "--model.backbone_lr_scale=0.1", "--model.optimizer=SGD", "--model.optimizer.momentum=0.9")  # fmt: skip
+    log = caplog.text
+    assert "model.optimizer=SGD keeps lr=0.003, weight_decay=0.05 from the config's optimizer" in log  # not momentum
+    assert "Optimizer: SGD(lr=0.003, momentum=0.9, dampening=0, weight_decay=0.05); groups: backbone/decay (1 " in log
+    assert "backbone/no_decay (3 tensors, weight_decay=0, lr_scale=0.1), head/decay (1 tensors)" in log
+    assert "Schedule: WarmupCosine(min_lr=1e-05) per optimizer step, 2 steps, 1 of warmup" in log
+    assert "Clipping: by norm at 1.0; accumulation: 2 batch(es) per optimizer step" in log
+    optimizer = cli.config.fit.model.init_args.optimizer
+    assert carried_over(["--model.optimizer.lr=0.1"], optimizer) is None  # no class switched: nothing carried over
+    given = ["--model.optimizer=SGD", "--model.optimizer.lr=0.1", "--model.optimizer.momentum=0.9",
+             "--model.optimizer.weight_decay=0.05"]  # fmt: skip
+    assert carried_over(given, optimizer) is None  # every argument it kept given again
 
 
 # A net of the user's own with a mistake where Python finds it: importing its file, or building the net.

@@ -36,7 +36,7 @@ from project.engine.dashboard import log_hparams_with, simple, write_layout
 from project.engine.datamodule import DataModule
 from project.engine.errors import ConfigError, config_error_in, raised_in_your_code
 from project.engine.faults import run_with_exit_codes
-from project.engine.parser import Parser, refused_by_constructor, torch_optimizer_names
+from project.engine.parser import Parser, carried_over, refused_by_constructor, torch_optimizer_names
 from project.engine.portable import learned_in, restoring
 from project.engine.provenance import Provenance
 from project.engine.run_directory import SaveConfig, continue_in_place
@@ -159,6 +159,8 @@ class CLI(LightningCLI):
             return
         trainer = self.config.fit.trainer
         check_fit(trainer)
+        if kept := carried_over(self._cli_args, self.config.fit.model.get("init_args", {}).get("optimizer")):
+            rank_zero_info(kept)
         if self.config.fit.trackers:
             if not getattr(trainer.logger, "class_path", None):
                 raise ConfigError(

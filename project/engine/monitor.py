@@ -16,6 +16,7 @@ from project.engine import batches
 from project.engine.accumulation import is_last_micro_batch
 from project.engine.hooks import defined_hooks_only
 from project.engine.metrics import IGNORE_INDEX
+from project.engine.optimization import describe_recipe
 
 
 def is_logging_step(trainer: L.Trainer) -> bool:
@@ -76,6 +77,7 @@ class TrainingMonitor(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._epoch_start = time.perf_counter()  # a run resumed mid-epoch starts no epoch
+        rank_zero_info(describe_recipe(trainer))
 
     def _count_flops(self, pl_module: L.LightningModule, batch: Any) -> None:
         """3 x the FLOPs of one forward of the first batch (the backward costs twice the forward: Kaplan et al.'s

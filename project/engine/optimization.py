@@ -182,3 +182,44 @@ def resolve_warmup_steps(warmup: int | float, total_steps: int) -> int:
     """The number of warmup steps: ``warmup`` itself if an int, else that fraction of ``total_steps`` rounded up."""
     check_warmup(warmup)
     return math.ceil(warmup * total_steps) if isinstance(warmup, float) else warmup
+
+
+def describe_recipe(trainer: Any) -> str:
+    """The recipe as it runs, one line each (the console prints it as training starts): every optimizer with its
+    arguments and its groups' own, the schedule with the run's length and warmup, clipping and accumulation. A script
+    moved in is matched key by key against this."""
+    lines = []
+    for optimizer in trainer.optimizers:
+        defaults = optimizer.defaults
+        given = ", ".join(f"{k}={_short(v)}" for k, v in defaults.items() if _shown(v))
+        groups = []
+        for i, group in enumerate(optimizer.param_groups, 1):
+            own = {k: v for k, v in group.items() if k not in ("params", "name", "lr", "initial_lr") and _shown(v)
+                   and v != defaults.get(k, 1.0 if k == "lr_scale" else None)}  # fmt: skip
+            extra = "".join(f", {k}={_short(v)}" for k, v in own.items())
+            groups.append(f"{group.get('name', f'pg{i}')} ({len(group['params'])} tensors{extra})")
+        lines.append(f"Optimizer: {type(optimizer).__name__}({given}); groups: {', '.join(groups)}")
+    for config in trainer.lr_scheduler_configs:
+        schedule = config.scheduler
+        if isinstance(schedule, WarmupSchedule):
+            lines.append(f"Schedule: {type(schedule).__name__}(min_lr={_short(schedule.min_lr)}) per optimizer step, "
+                         f"{schedule.total_steps} steps, {schedule.warmup_steps} of warmup")  # fmt: skip
+        else:
+            lines.append(f"Schedule: {type(schedule).__name__}, every {config.frequency} {config.interval}")
+    clip = trainer.gradient_clip_val
+    algorithm = getattr(trainer.gradient_clip_algorithm, "value", trainer.gradient_clip_algorithm) or "norm"
+    clipping = f"by {algorithm} at {clip}" if clip else "none"
+    lines.append(f"Clipping: {clipping}; accumulation: {trainer.accumulate_grad_batches} batch(es) per optimizer step")
+    return "\n".join(lines)
+
+
+def _shown(value: Any) -> bool:
+    return value is not None and value is not False and not callable(value)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_short(v) for v in value) + ")"
+    return str(value)

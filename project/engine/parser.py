@@ -1,10 +1,12 @@
 """The config parser: jsonargparse's error for a bad key shortened to one sentence, and a bare optimizer name on the
 command line read as torch's."""
 
+import inspect
 import os
+import pkgutil
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import torch
 from lightning.pytorch.cli import LightningArgumentParser
@@ -117,6 +119,26 @@ def torch_optimizer_names(args: list[str]) -> list[str]:
             arg = arg.removesuffix(name) + f"torch.optim.{name}"
         named.append(arg)
     return named
+
+
+def carried_over(args: list[str], optimizer: Any) -> str | None:
+    """A line naming the arguments that switching ``model.optimizer``'s class on the command line kept from the
+    config's optimizer (jsonargparse keeps those the new class takes too: AdamW's weight_decay goes into SGD), those
+    the command line did not give and that differ from the new class's defaults; None if it switched no class."""
+    key = "--model.optimizer"
+    if optimizer is None or not any(a == key or a.startswith(f"{key}=") for a in args):
+        return None
+    given = {a.partition("=")[0].removeprefix(f"{key}.").removeprefix("init_args.") for a in args
+             if a.startswith(f"{key}.")}  # fmt: skip
+    cls = pkgutil.resolve_name(str(optimizer.class_path))
+    defaults = {n: p.default for n, p in inspect.signature(cls).parameters.items()}
+    kept = {n: v for n, v in dict(optimizer.get("init_args") or {}).items()
+            if n not in given and n in defaults and v != defaults[n]}  # fmt: skip
+    if not kept:
+        return None
+    shown = ", ".join(f"{n}={v}" for n, v in kept.items())
+    return (f"model.optimizer={cls.__name__} keeps {shown} from the config's optimizer (arguments {cls.__name__} "
+            f"takes too); give --model.optimizer.<argument>=<value> for another value.")  # fmt: skip
 
 
 # The task's recipe arguments that name a class: what each is, and the names it knows.
