@@ -273,6 +273,20 @@ def test_the_recipe_as_it_runs_is_printed_and_a_switched_optimizer_names_what_it
     assert carried_over(given, optimizer) is None  # every argument it kept given again
 
 
+@pytest.mark.guarantee("a net whose only arguments are the ones linked from the data (input_shape, num_outputs) trains")
+def test_a_net_taking_only_the_linked_arguments_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's instantiator asserted on such a net's dumped config, which has no init_args of its own.
+    (tmp_path / "your_minimal_net.py").write_text(
+        "import math\n\nfrom torch import nn\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self, input_shape: tuple[int, ...], num_outputs: int) -> None:\n"
+        "        super().__init__()\n        self.out = nn.Linear(math.prod(input_shape), num_outputs)\n\n"
+        "    def forward(self, x):\n        return self.out(x.flatten(1))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cli = fit(tmp_path, "--model.net=your_minimal_net.Net", configs=(DIGITS, DEBUG))
+    assert cli.trainer.global_step == 5 and cli.model.net.out.out_features == 10
+
+
 # A net of the user's own with a mistake where Python finds it: importing its file, or building the net.
 YOUR_NETS = {
     "importing": ("from torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x: Any) -> Any:\n"

@@ -99,6 +99,16 @@ class CLI(LightningCLI):
             "(configs/loggers/mlflow.yaml, wandb.yaml; project/engine/tracking.py)",
         )
 
+    def _dump_config(self) -> None:
+        """Lightning's instantiator writes each instantiation link's value (the data's input_shape and num_outputs)
+        into the task's dumped hyperparameters, and asserts that the key above it is there: a net whose only
+        arguments are the linked ones dumps without ``init_args``, and its run ended in that AssertionError, raw.
+        Private: no public hook between the dump and the instantiator (``lightning.pytorch.cli._InstantiatorFn``)."""
+        super()._dump_config()
+        net = (self.config_dump.get("model") or {}).get("init_args", {}).get("net")
+        if isinstance(net, dict) and "class_path" in net:
+            net.setdefault("init_args", {})
+
     def _parse_ckpt_path(self) -> None:
         """Lightning's version silently replaces the config's model hyperparameters with the
         checkpoint's; here a checkpoint is first read safely, and any disagreement is an error naming the key."""
