@@ -7,12 +7,14 @@ is torchmetrics' higher_is_better."""
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import DIGITS, ROOT, fit, run_ranks, scalars, scratch_dir, warmup_cosine
+from conftest import DIGITS, PYTHONPATH, ROOT, fit, run_ranks, scalars, scratch_dir, warmup_cosine
 from shapes import TwoInputs, Unlabelled
 from torchmetrics import Metric
 from toy import Digits
@@ -317,11 +319,31 @@ def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
     from project.engine.export import export
 
     cli = fit(tmp_path, "--trainer.max_steps=2", "--trainer.max_epochs=1", "--trainer.limit_val_batches=0")
+    checkpoint = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
     # A forward whose outputs depend on the batch's size (as a split of the batch into two views would).
     monkeypatch.setattr(toy.Classifier, "forward", lambda self, x: self.net(x) * (2 if len(x) > 1 else 1))
     said = r"torch.export cannot trace Classifier's forward .* for any batch size: .*Each sample's outputs must not"
     with pytest.raises(ConfigError, match=said):
-        export(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt")
+        export(checkpoint)
+    # A Python decision on a tensor's value, in a net of the user's: torch prints the graphs it traced, pages of
+    # them; `make export` (a process of its own, as the user runs it) says one sentence and keeps them in export.log.
+    (tmp_path / "branchy.py").write_text(
+        "import math\n\nfrom torch import nn\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self, input_shape: tuple[int, ...], num_outputs: int) -> None:\n"
+        "        super().__init__()\n        self.out = nn.Linear(math.prod(input_shape), num_outputs)\n\n"
+        "    def forward(self, x):\n        y = self.out(x.flatten(1))\n        return y if y.sum() > 0 else -y\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = Path(fit(tmp_path / "branchy", "--trainer.max_steps=2", "--trainer.max_epochs=1",
+                   "--trainer.limit_val_batches=0", "--model.net=branchy.Net").trainer.log_dir)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), PYTHONPATH]), "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-m", "project.engine.export", str(run / "checkpoints" / "last.ckpt")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:]
+    (line,) = done.stderr.splitlines()  # one sentence, not the traced graphs
+    assert re.search(rf"{said}.* torch's full report: {checkpoint.parent}/export.log", line), line
+    assert "def forward" in (checkpoint.parent / "export.log").read_text()  # the traced graph, kept
 
 
 @pytest.mark.slow

@@ -14,8 +14,11 @@ sequences (int64 inputs shaped (block_size,)) any length from 1 to the block siz
 
 import argparse
 import json
+import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +69,29 @@ class Normalized(nn.Module):
         return self.head(self.task(dict(zip(self.names, xs, strict=True)) if self.names else xs[0]))
 
 
+@contextmanager
+def _torch_logs_to(path: Path, mode: str = "w") -> Iterator[None]:
+    """What torch's tracers print or log while exporting (torch._dynamo, torch.export, torch.onnx: a failed trace
+    prints its graphs, pages of them) goes to ``path``: the process's output descriptors point there meanwhile."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with path.open(mode) as file:
+            os.dup2(file.fileno(), 1)
+            os.dup2(file.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        os.close(saved[0])
+        os.close(saved[1])
+
+
 def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, Any]:
     """Writes model.onnx, model.pt2 and model.json next to ``checkpoint``; returns the metadata (parity included).
     Raises ``ParityError`` if an exported model disagrees with the checkpoint's on the test inputs it keeps."""
@@ -108,18 +134,23 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
 
     example = positional(batches.first(inputs, 2))
     out = checkpoint.parent
+    log = out / "export.log"  # torch's tracers' own report, pages long when one fails: kept here, not printed
     try:
-        program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs): one spec
+        with _torch_logs_to(log):
+            program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs)
     except Exception as err:  # the task's forward is the user's code: what torch.export refuses, in one paragraph
         first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        with log.open("a") as file:
+            file.write(f"{type(err).__name__}: {err}\n")
         raise ConfigError(
             f"export: torch.export cannot trace {type(model).__name__}'s forward (its net and what the task computes "
             f"around it) for any batch size: {first.strip()} ({type(err).__name__}). Each sample's outputs must not "
-            "depend on the batch's size or on Python decisions on tensor values (torch.export's documentation)."
+            "depend on the batch's size or on Python decisions on tensor values (torch.export's documentation). "
+            f"torch's full report: {log}"
         ) from None
     torch.export.save(program, out / "model.pt2")
-    with warnings.catch_warnings():  # several inputs share the batch dimension: ONNX says it names it once
-        warnings.filterwarnings("ignore", "The axis name: batch will not be used")
+    with warnings.catch_warnings(), _torch_logs_to(log, mode="a"):  # several inputs share the batch dimension
+        warnings.filterwarnings("ignore", "The axis name: batch will not be used")  # ONNX says it names it once
         torch.onnx.export(
             net,
             example,
