@@ -1,9 +1,10 @@
 """The one exception the CLI turns into a clean one-paragraph error instead of a traceback, and where an error
 raised in the user's own code came from."""
 
-import sysconfig
-from pathlib import Path
-from types import TracebackType
+import functools
+import importlib.metadata
+import sys
+from types import FrameType, TracebackType
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
@@ -31,12 +32,23 @@ def config_error_in(err: BaseException) -> "ConfigError | None":
     return cause_of(err, ConfigError)
 
 
-_NOT_YOURS = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
-              str(Path(__file__).parent))  # Python's, the installed libraries', the engine's  # fmt: skip
+def _yours(frame: FrameType) -> bool:
+    """A frame of the user's code: not Python's, not an installed library's (wherever it is installed: a venv, a
+    --target folder on PYTHONPATH), not the engine's; the package's user rooms and modules of the user's own are."""
+    module = str(frame.f_globals.get("__name__", ""))
+    top = module.partition(".")[0]
+    package = __name__.partition(".")[0]  # the package (its name in a repository of your own)
+    if frame.f_code.co_filename.startswith("<") or top in sys.stdlib_module_names:
+        return False
+    if top == package:
+        return not module.startswith(f"{package}.engine")
+    return top not in _libraries()
 
 
-def _yours(filename: str) -> bool:
-    return not filename.startswith(("<", *_NOT_YOURS)) and "site-packages" not in filename
+@functools.cache
+def _libraries() -> set[str]:
+    """The top-level modules of the installed distributions."""
+    return set(importlib.metadata.packages_distributions())
 
 
 def raised_in_your_code(err: BaseException) -> str | None:
@@ -51,7 +63,7 @@ def raised_in_your_code(err: BaseException) -> str | None:
         tb: TracebackType | None = cause.__traceback__
         last = None
         while tb is not None:
-            if _yours(tb.tb_frame.f_code.co_filename):
+            if _yours(tb.tb_frame):
                 last = tb
             tb = tb.tb_next
         if last is not None:
