@@ -3,12 +3,12 @@ of its arguments set, from the command line. jsonargparse sets an item of a list
 (or, with ``--trainer.callbacks.<argument>``, its last item), and ``trainer.callbacks`` lists every callback."""
 
 import inspect
-import pkgutil
 import re
 from typing import Any
 
 from jsonargparse import ArgumentError, ArgumentParser
 
+from project.engine.checks import kind_of
 from project.engine.errors import ConfigError
 
 
@@ -25,9 +25,9 @@ def edit_callbacks(trainer: Any, edits: dict[str, Any]) -> None:
     for key, value in flat.items():
         listed = list(trainer.callbacks or [])
         name, _, argument = key.partition(".")
-        matches = [cb for cb in listed if str(cb.class_path).rpartition(".")[2] == name]
+        matches = [cb for cb in listed if _name(cb) == name]
         if not matches:
-            names = ", ".join(str(cb.class_path).rpartition(".")[2] for cb in listed) or "none"
+            names = ", ".join(_name(cb) for cb in listed) or "none"
             raise ConfigError(f"callback.{key}: trainer.callbacks lists no {name}; it lists {names}.")
         if not argument:
             if value is not False:
@@ -37,7 +37,7 @@ def edit_callbacks(trainer: Any, edits: dict[str, Any]) -> None:
                 )
             trainer.callbacks = [cb for cb in listed if all(cb is not m for m in matches)]
             continue
-        parameters = _parameters(pkgutil.resolve_name(str(matches[0].class_path)))
+        parameters = _parameters(kind_of(matches[0]))
         accepted = list(parameters)
         if argument not in accepted:
             raise ConfigError(f"callback.{key}: {name} takes no argument {argument!r}; it takes {', '.join(accepted)}.")
@@ -46,6 +46,11 @@ def edit_callbacks(trainer: Any, edits: dict[str, Any]) -> None:
             if callback.get("init_args") is None:
                 callback.init_args = type(callback)()  # an empty Namespace
             callback.init_args[argument] = value
+
+
+def _name(callback: Any) -> str:
+    """A parsed callback's class name, as a --callback key spells it."""
+    return str(callback.class_path).rpartition(".")[2]
 
 
 def _parameters(cls: type) -> dict[str, inspect.Parameter]:

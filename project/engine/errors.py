@@ -3,6 +3,7 @@ raised in the user's own code came from."""
 
 import functools
 import importlib.metadata
+import linecache
 import sys
 from types import FrameType, TracebackType
 from typing import TypeVar
@@ -68,7 +69,7 @@ def raised_in_your_code(err: BaseException) -> str | None:
             tb = tb.tb_next
         if last is not None:
             frame, line = last.tb_frame, last.tb_lineno
-            source = _source_line(frame.f_code.co_filename, line)
+            source = linecache.getline(frame.f_code.co_filename, line).strip()
             owner, function = frame.f_locals.get("self"), frame.f_code.co_name
             inside = (
                 f", in {type(owner).__module__}.{type(owner).__qualname__}.{function}"
@@ -79,9 +80,3 @@ def raised_in_your_code(err: BaseException) -> str | None:
                     f"{type(cause).__name__}: {cause}")  # fmt: skip
         cause = cause.__cause__ or cause.__context__
     return None
-
-
-def _source_line(filename: str, line: int) -> str:
-    import linecache
-
-    return linecache.getline(filename, line).strip()

@@ -70,7 +70,7 @@ class Normalized(nn.Module):
 
 
 @contextmanager
-def _torch_logs_to(path: Path, mode: str = "w") -> Iterator[None]:
+def _output_into(path: Path, mode: str = "w") -> Iterator[None]:
     """What torch's tracers print or log while exporting (torch._dynamo, torch.export, torch.onnx: a failed trace
     prints its graphs, pages of them) goes to ``path``: the process's output descriptors point there meanwhile."""
     sys.stdout.flush()
@@ -136,7 +136,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
     out = checkpoint.parent
     log = out / "export.log"  # torch's tracers' own report, pages long when one fails: kept here, not printed
     try:
-        with _torch_logs_to(log):
+        with _output_into(log):
             program = torch.export.export(net, example, dynamic_shapes=(tuple(dynamic),))  # forward(*inputs)
     except Exception as err:  # the task's forward is the user's code: what torch.export refuses, in one paragraph
         first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
@@ -149,7 +149,7 @@ def export(checkpoint: str | Path, tolerance: float = TOLERANCE) -> dict[str, An
             f"torch's full report: {log}"
         ) from None
     torch.export.save(program, out / "model.pt2")
-    with warnings.catch_warnings(), _torch_logs_to(log, mode="a"):  # several inputs share the batch dimension
+    with warnings.catch_warnings(), _output_into(log, mode="a"):  # several inputs share the batch dimension
         warnings.filterwarnings("ignore", "The axis name: batch will not be used")  # ONNX says it names it once
         torch.onnx.export(
             net,
