@@ -119,15 +119,15 @@ predict: $(INSTALLED) ## predict with RUN's best.ckpt on the test split (or INPU
 	@test -n "$(RUN)" || { echo "error: give the run: make predict RUN=logs/<name>/version_<N> [INPUT=...] [OUTPUT=...]" >&2; exit 2; }
 	$(BIN)/python -m project predict --config $(RUN)/config.yaml --ckpt_path $(RUN)/checkpoints/best.ckpt \
 		$(if $(INPUT),--data.predict_path=$(INPUT)) \
-		$(if $(OUTPUT),--trainer.callbacks+=project.engine.predict.CSVPredictionWriter --trainer.callbacks.output=$(OUTPUT)) $(ARGS)
+		$(if $(OUTPUT),--trainer.callbacks+=project.engine.CSVPredictionWriter --trainer.callbacks.output=$(OUTPUT)) $(ARGS)
 
 export: $(INSTALLED) ## export RUN's best.ckpt to model.onnx + model.pt2 (torch.export) with a parity check
 	@test -n "$(RUN)" || { echo "error: give the run: make export RUN=logs/<name>/version_<N>" >&2; exit 2; }
-	$(BIN)/python -m project.engine.export $(RUN) $(ARGS)
+	$(BIN)/python -m project.engine.inference.export $(RUN) $(ARGS)
 
 profile: $(INSTALLED) ## profile 30 training steps of CONFIG (after 5 of warm-up; configs/profile.yaml stops at 40): <run>/trace.json and the top ops by self time
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/profile.yaml \
-		--trainer.callbacks+=project.engine.profiling.ProfileSteps $(ARGS)
+		--trainer.callbacks+=project.engine.ProfileSteps $(ARGS)
 
 train-ddp: $(INSTALLED) ## train CONFIG on every local GPU with DDP (2 processes on a CPU-only machine)
 	$(BIN)/python -m project fit --config $(CONFIG) --config configs/ddp.yaml \
@@ -184,7 +184,7 @@ check-manual: $(INSTALLED) ## the template's own checks of its manual and its sh
 	$(PYTEST) -m manual $(ARGS)
 
 runs: $(INSTALLED) ## the table of every run under LOGS (default logs/): status, time, scores, what differs, commit
-	@$(BIN)/python -m project.engine.runs --logs $(LOGS) $(if $(NAME),--name $(NAME)) $(ARGS)
+	@$(BIN)/python -m project.engine.observe.runs --logs $(LOGS) $(if $(NAME),--name $(NAME)) $(ARGS)
 
 tensorboard: $(INSTALLED) ## serve LOGS (default logs/) on 127.0.0.1 (port from PORT, default 6006)
 	@echo "TensorBoard: http://127.0.0.1:$(PORT)/#custom_scalars  (the curated charts; Time Series, HPARAMS: tabs)"
@@ -201,7 +201,7 @@ mlflow: $(INSTALLED) ## serve an MLflow tracking server on 127.0.0.1:MLFLOW_PORT
 		--artifacts-destination logs/mlflow-artifacts --host 127.0.0.1 --port $(MLFLOW_PORT)
 
 lr-find: $(INSTALLED) ## Lightning's LR range test on CONFIG's task, data and optimizer: <run>/lr_find.png and the suggested lr (ARGS: --steps, --min_lr, --max_lr, flags)
-	$(BIN)/python -m project.engine.lr_find --config $(CONFIG) $(ARGS)
+	$(BIN)/python -m project.engine.run.lr_find --config $(CONFIG) $(ARGS)
 
 bench: $(INSTALLED) ## the template's fit vs a hand-written PyTorch loop, same work: a table (+ benchmarks/results/*.json)
 	$(BIN)/python benchmarks/bench.py $(ARGS)
@@ -210,10 +210,11 @@ notebooks: $(INSTALLED) ## open JupyterLab on 127.0.0.1 (installs jupyterlab int
 	$(BIN)/python -c "import jupyterlab" 2>/dev/null || $(BIN)/pip install jupyterlab
 	$(BIN)/jupyter lab --ip 127.0.0.1 --port $(PORT_NB) --notebook-dir notebooks
 
-lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on the package
+lint: $(INSTALLED) ## ruff check, ruff format --check, mypy on the package, the layout's import contracts
 	$(BIN)/ruff check $(PACKAGE) tests benchmarks scripts
 	$(BIN)/ruff format --check $(PACKAGE) tests benchmarks scripts
 	$(BIN)/mypy $(PACKAGE)
+	$(BIN)/lint-imports --no-cache
 
 hooks: $(INSTALLED) ## install the git pre-commit hook (.pre-commit-config.yaml: make lint + notebook/large-file/conflict guards)
 	$(BIN)/pre-commit install

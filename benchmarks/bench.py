@@ -98,7 +98,7 @@ def _device() -> torch.device:
 
 
 def _cli(config: str, workload: str, epochs: int | None, save_dir: str | None = None, extra: tuple = ()) -> Any:
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     w = WORKLOADS[workload]
     return CLI(
@@ -158,7 +158,7 @@ def run_reference(spec_path: str | Path, workload: str = "default", t0: float | 
 
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-    from project.engine.optimization import resolve_warmup_steps
+    from project.engine import resolve_warmup_steps
 
     spec = torch.load(spec_path, weights_only=True)
     device, seed, epochs, batch_size = _device(), spec["seed"], spec["epochs"], spec["batch_size"]
@@ -246,7 +246,7 @@ def _peak_flops(precision: str) -> float | None:
         return None
     from lightning.fabric.utilities.throughput import get_available_flops
 
-    from project.engine.monitor import compute_dtype
+    from project.engine.observe.monitor import compute_dtype
 
     return get_available_flops(torch.device("cuda"), compute_dtype(precision))
 
@@ -366,7 +366,7 @@ def _call_counter(found: dict[str, float]) -> Any:
     every call in the main thread, Lightning's loop, the callbacks, the task, torch's Python) into found["calls"]."""
     import lightning as L
 
-    from project.engine.progress import ThrottledProgressBar
+    from project.engine import ThrottledProgressBar
 
     class CallCounter(L.Callback):
         calls = 0
@@ -404,7 +404,7 @@ def run_template(
 ) -> dict:
     """The template's own `fit`, built by its CLI from the config, all its callbacks on."""
     marks = {**_marks(t0), "saves": []}
-    from project.engine.cli import CLI  # noqa: F401  (imported here so the import time is counted as imports)
+    from project.engine import CLI  # noqa: F401  (imported here so the import time is counted as imports)
 
     marks["imported"] = time.time()
     cli = _cli(config, workload, epochs, save_dir)
@@ -622,7 +622,7 @@ def checkpoint_stall(size_mb: int, out: Path, saves: int = 4, interval_s: float 
     fsync, rename) against the background writer (a copy to host memory; the rest in a thread). The state is
     ``size_mb`` of float32 on the run's device (weights and two AdamW moments, as a checkpoint holds); between saves
     the training thread sleeps ``interval_s`` (a GPU step: the host is free), so the background write can finish."""
-    from project.engine.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
+    from project.engine import AtomicCheckpointIO, BackgroundCheckpointIO
 
     n = size_mb * 2**20 // 4 // 3
     state = {"state_dict": {"w": torch.randn(n, device=_device())},

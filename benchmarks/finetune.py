@@ -82,8 +82,7 @@ def _figures(ends: list[float], tokens: list[int], positions: list[int], paramet
 def run_template(chats: Path, model: Path, steps: int, kind: str) -> dict[str, Any]:
     import lightning as L
 
-    from project.engine.cli import CLI
-    from project.engine.metrics import IGNORE_INDEX
+    from project.engine import CLI, IGNORE_INDEX
 
     ends: list[float] = []
     tokens: list[int] = []
@@ -109,8 +108,7 @@ def run_loop(chats: Path, model_path: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from project.data import ChatDataModule
-    from project.engine.metrics import IGNORE_INDEX
-    from project.engine.optimization import resolve_warmup_steps
+    from project.engine import IGNORE_INDEX, resolve_warmup_steps
     from project.recipe import WarmupCosine
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,4 +1,4 @@
-from project.engine.cli import main
+from project.engine import main
 
 if __name__ == "__main__":
     main()

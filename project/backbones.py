@@ -12,8 +12,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from project.engine.errors import ConfigError
-from project.engine.weights import load_matching, read_weights, resolve_weights_file
+from project.engine import ConfigError, load_matching, read_weights, resolve_weights_file
 
 
 def _timm() -> Any:

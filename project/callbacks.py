@@ -13,7 +13,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from project.engine.hooks import defined_hooks_only
+from project.engine import defined_hooks_only
 
 
 @defined_hooks_only  # Lightning calls only the hooks defined here (not ~11 Python calls per step for each other one)

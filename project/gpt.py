@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 
 class SelfAttention(nn.Module):

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from project.data.labelled_text import pretrained_path, transformers_module
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 
 @dataclass
@@ -308,7 +308,7 @@ def save_pretrained(run: str | Path, out: str | Path | None = None) -> Path:
     """A run's best checkpoint as transformers directories under ``out`` (default: ``<run>/hf``): ``model`` (the
     whole fine-tuned model; under LoRA the merged one) and, under LoRA, ``adapter`` (the adapter alone, for peft's
     ``PeftModel.from_pretrained`` on the base); each with the tokenizer and the class names in its config."""
-    from project.engine.checkpoints import load_run
+    from project.engine import load_run
 
     run = Path(run)
     model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)

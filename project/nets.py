@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 
 def _check_dropout(dropout: float) -> None:

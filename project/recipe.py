@@ -15,7 +15,7 @@ The optimizer and the schedule are config (``model.optimizer``, ``model.schedule
 
 The optimizer's ``lr`` is the peak, reached at the end of warmup; every schedule is a closed form of the optimizer
 step (nanoGPT's ``get_lr``), so a resumed run continues on exactly the same curve. The machinery around them (the
-optimizer over these groups, the run's length, the warmup) is the engine's: ``project/engine/optimization.py``.
+optimizer over these groups, the run's length, the warmup) is the engine's: ``project/engine/model/optimization.py``.
 """
 
 import math
@@ -24,8 +24,7 @@ from typing import Any, Literal
 from torch import nn
 from torch.optim import Optimizer
 
-from project.engine.errors import ConfigError
-from project.engine.optimization import WarmupSchedule
+from project.engine import ConfigError, WarmupSchedule
 
 
 def param_groups(parameters: list[tuple[str, nn.Parameter]]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import project
 if TYPE_CHECKING:
     import torch
 
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
 # torch, Lightning and the engine are imported by the test processes, when they collect the tests, and not by
 # pytest-xdist's controller, which loads this file too: ~4.5 s before any test process could start.
@@ -293,7 +293,7 @@ def one_thread() -> Iterator[None]:
 
 def fit(save_dir: Path, *args: str, configs: tuple[str, ...] = (DIGITS,)) -> "CLI":
     """Run ``fit`` through the real CLI in this process, logging under ``save_dir``."""
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     argv = ["fit", *(a for c in configs for a in ("--config", c))]
     return CLI([*argv, f"--trainer.logger.init_args.save_dir={save_dir}", *args])
@@ -386,7 +386,7 @@ def wait_or_kill(proc: subprocess.Popen[str], timeout: float, what: str) -> tupl
 
 def scalars(run: Path | str) -> dict[str, list[tuple[int, float]]]:
     """Every scalar series of a run directory: {tag: [(step, value), ...]}."""
-    from project.engine.run_directory import read_scalars
+    from project.engine import read_scalars
 
     return read_scalars(run)
 

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-PRELOAD = ["torch", "lightning.pytorch", "project.engine.cli", "probes"]
+PRELOAD = ["torch", "lightning.pytorch", "project.engine.run.cli", "probes"]
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
 
@@ -48,7 +48,7 @@ def _main(args: Sequence[str], env: dict[str, str], cwd: str, stdout: str, stder
     import torch
 
     torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))  # read at import, which was the server's
-    from project.engine.cli import main
+    from project.engine import main
 
     code = 0
     try:

@@ -13,10 +13,8 @@ import torch
 from torch.utils.data import Dataset
 from toy import Classifier, Digits
 
-from project.engine import batches
-from project.engine.divergence import DivergenceGuard
-from project.engine.last_checkpoint import LastCheckpoint
-from project.engine.provenance import Provenance
+from project.engine import DivergenceGuard, LastCheckpoint, Provenance
+from project.engine.data import batches
 
 
 class RecordingDataset(Dataset):

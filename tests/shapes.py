@@ -19,8 +19,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 from toy import Digits
 
-from project.engine.datamodule import DataModule
-from project.engine.task import Task
+from project.engine import DataModule, Task
 
 
 class _Samples(Dataset):

@@ -25,7 +25,7 @@ def test_the_classifiers_metrics_are_their_closed_forms_and_any_of_them_judges_t
     from sklearn import metrics as sk
     from sklearn.preprocessing import label_binarize
 
-    from project.engine.errors import ConfigError
+    from project.engine import ConfigError
     from project.tasks.classification import Classifier
 
     names = ["acc", "balanced_acc", "macro_f1", "auroc", "average_precision"]
@@ -65,7 +65,7 @@ def test_balanced_class_weights_are_scikit_learns_from_the_training_split() -> N
     import torch.nn.functional as F
     from sklearn.utils.class_weight import compute_class_weight
 
-    from project.engine.errors import ConfigError
+    from project.engine import ConfigError
     from project.tasks.classification import Classifier
 
     train = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 2])  # counts 6, 3, 1
@@ -113,7 +113,7 @@ def test_the_metric_named_in_the_config_picks_the_best_checkpoint_and_the_sweeps
 def test_label_smoothing_outside_its_range_is_refused_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from project.engine.cli import main
+    from project.engine import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", DIGITS, "--config", CLASSIFICATION, "--model.label_smoothing=1.0",

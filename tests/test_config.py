@@ -11,7 +11,7 @@ import torch
 import yaml
 from conftest import DEBUG, DIGITS, PACKAGE, ROOT, USER_DEFAULT, fit, run_module
 
-from project.engine.cli import main
+from project.engine import main
 
 BF16 = str(ROOT / "configs" / "precision" / "bf16.yaml")
 FP16 = str(ROOT / "configs" / "precision" / "fp16.yaml")
@@ -234,7 +234,7 @@ def test_bad_input_exits_non_zero_naming_the_key(
 def test_one_listed_callback_is_switched_off_or_set_by_one_key(tmp_path: Path) -> None:
     from lightning.pytorch.callbacks import EarlyStopping
 
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     common = ["--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}"]
     listed = CLI([*common, "--callback.TaskEarlyStopping.patience=2"], run=False).trainer.callbacks
@@ -253,7 +253,7 @@ def test_one_listed_callback_is_switched_off_or_set_by_one_key(tmp_path: Path) -
 def test_the_recipe_as_it_runs_is_printed_and_a_switched_optimizer_names_what_it_keeps(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from project.engine.parser import carried_over
+    from project.engine.run.parser import carried_over
 
     caplog.set_level(logging.INFO)
     # 4 batches in windows of 2: 2 optimizer steps; warmup 0.05 of them rounds up to 1 (tests/configs/digits.yaml).
@@ -323,7 +323,7 @@ def test_an_error_in_your_own_code_names_your_file_and_line(
 def test_the_command_line_is_read_without_a_warning_and_a_bare_optimizer_name_is_torchs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     argv = ["--config", DIGITS, "--model.optimizer=SGD", f"--trainer.logger.init_args.save_dir={tmp_path}"]
     monkeypatch.setattr(sys, "argv", ["python -m project", *argv])
@@ -337,7 +337,7 @@ def test_the_command_line_is_read_without_a_warning_and_a_bare_optimizer_name_is
 
 def test_an_overlay_appends_a_callback_with_callbacks_plus(tmp_path: Path) -> None:
     """A list in a later file replaces the earlier one; ``callbacks+:`` appends to it instead (jsonargparse)."""
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     overlay = tmp_path / "more.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.ModelSummary\n")
@@ -398,17 +398,13 @@ def test_a_default_config_reading_data_the_checkout_lacks_is_named_in_one_senten
     "one line each says so"
 )
 def test_what_runs_is_what_the_config_lists(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from project.engine.checkpoints import AtomicCheckpointIO
-    from project.engine.divergence import DivergenceGuard
-    from project.engine.last_checkpoint import LastCheckpoint
-    from project.engine.monitored import ValidateTheLastStep
-    from project.engine.provenance import Provenance
+    from project.engine import AtomicCheckpointIO, DivergenceGuard, LastCheckpoint, Provenance, ValidateTheLastStep
 
     def ours(cli: Any) -> list[type]:
         kinds = [type(cb) for cb in cli.trainer.callbacks if type(cb).__module__.startswith(f"{PACKAGE}.")]
         return [*kinds, type(cli.trainer.strategy.checkpoint_io)]
 
-    from project.engine.tracking import TrackerRun
+    from project.engine import TrackerRun
 
     # A tracker (any Lightning logger: a CSVLogger needs no extra) beside the run directory's logger.
     tracked = tmp_path / "tracked.yaml"

@@ -51,16 +51,11 @@ from conftest import (
 from probes import Recorder
 from shipped_examples import present
 
-from project.engine import batches
-from project.engine.checkpoints import load_run
-from project.engine.cli import CLI, main
-from project.engine.datamodule import DataModule
-from project.engine.last_checkpoint import Interrupted
-from project.engine.metrics import IGNORE_INDEX
-from project.engine.normalization import NORMALIZATION_SAMPLES
-from project.engine.optimization import planned_steps
-from project.engine.portable import EXAMPLES
-from project.engine.task import Task
+from project.engine import CLI, IGNORE_INDEX, DataModule, Task, load_run, main, planned_steps
+from project.engine.checkpointing.last_checkpoint import Interrupted
+from project.engine.checkpointing.portable import EXAMPLES
+from project.engine.data import batches
+from project.engine.data.normalization import NORMALIZATION_SAMPLES
 
 pytestmark = [
     pytest.mark.slow,
@@ -710,7 +705,7 @@ def test_greedy_generation_is_the_teacher_forced_argmax_and_settable_at_predict(
 def test_export_carries_the_contract_and_matches_the_checkpoint(trained: tuple[Path, CLI], tmp_path: Path) -> None:
     import onnxruntime
 
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     original, cli = trained
     task, dm = cli.model, cli.datamodule

@@ -18,8 +18,7 @@ from conftest import DEBUG, DIGITS, PYTHONPATH, ROOT, fit, free_port, run_module
 from probes import Crash, CrashAt
 from test_resume import _overlay
 
-from project.engine.checkpoints import AtomicCheckpointIO, BackgroundCheckpointIO
-from project.engine.cli import CLI, main
+from project.engine import CLI, AtomicCheckpointIO, BackgroundCheckpointIO, main
 
 # A wide MLP: a ~13 MB checkpoint takes long enough to write that a kill can be aimed into the write.
 KILL_RUN = (
@@ -73,7 +72,7 @@ def test_sigkill_at_random_moments_never_corrupts_last_ckpt_and_resume_is_exact(
     # Kills 0-1 with the blocking atomic writer, 2-3 and the final resume with the background writer (its write
     # runs in a thread while training goes on): both feed one chain of resumes, which must end bitwise as above.
     # Each writer is killed once aimed at a write and once after a random delay.
-    background = ("--trainer.plugins=project.engine.checkpoints.BackgroundCheckpointIO",)
+    background = ("--trainer.plugins=project.engine.BackgroundCheckpointIO",)
     while kills < 4:
         writer = "atomic" if kills < 2 else "background"
         flags = background if writer == "background" else ()
@@ -402,7 +401,7 @@ def test_a_full_disk_stops_the_run_in_one_sentence_keeps_its_checkpoints_and_res
 ) -> None:
     run_args = ("--trainer.max_epochs=3", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
                 "--trainer.limit_test_batches=2", "--trainer.enable_progress_bar=false",
-                *(["--trainer.plugins=project.engine.checkpoints.BackgroundCheckpointIO"] if writer == "background"
+                *(["--trainer.plugins=project.engine.BackgroundCheckpointIO"] if writer == "background"
                   else []))  # fmt: skip
     straight = fit(tmp_path / "straight", *run_args)
     filler = small_disk / "filler"
@@ -494,7 +493,7 @@ def test_a_killed_loader_worker_stops_the_run_at_a_step_boundary_with_a_checkpoi
 )
 def test_a_dead_loader_worker_is_named_in_one_sentence_however_torch_reports_it() -> None:
     # The loader's own report, when the next batch was the dead worker's to load (between two steps).
-    from project.engine.faults import worker_fault
+    from project.engine.run.faults import worker_fault
 
     fault = worker_fault(RuntimeError("DataLoader worker (pid(s) 4242, 4243) exited unexpectedly"))
     assert fault is not None and fault.startswith("a DataLoader worker (pid 4242, 4243) exited unexpectedly: ")

@@ -8,7 +8,7 @@ from sklearn.datasets import load_digits
 from torch.utils.data import DistributedSampler
 from toy import Digits
 
-from project.engine.samplers import ResumableSampler, UnpaddedDistributedSampler
+from project.engine.data.samplers import ResumableSampler, UnpaddedDistributedSampler
 
 
 def _datamodule(**kwargs: object) -> Digits:

@@ -449,8 +449,8 @@ class TiedHead(torch.nn.Module):
 
 
 def test_fsdp_refuses_a_weight_tied_across_its_units_in_one_sentence() -> None:
-    from project.engine.errors import ConfigError
-    from project.engine.sharding import units_of
+    from project.engine import ConfigError
+    from project.engine.model.sharding import units_of
 
     # Every Linear a unit: head.weight would be in the head's group and, as embedding.weight, in the net's.
     with pytest.raises(ConfigError, match=r"TiedHead: its parameter (head|embedding)\.weight is tied.*shard_units"):

@@ -1,4 +1,4 @@
-"""The divergence guard (project/engine/divergence.py, listed in the config's callbacks): a run whose loss, gradient
+"""The divergence guard (observe/divergence.py, listed in the config's callbacks): a run whose loss, gradient
 norm or evaluated loss turns non-finite stops in one sentence and saves nothing non-finite, or skips the step; it
 reads its flag only where the run syncs anyway."""
 
@@ -12,8 +12,8 @@ import yaml
 from conftest import DIGITS, HOST_SYNCS, ROOT, fit, offending_ops, run_ranks, scalars
 from probes import InfGradient
 
-from project.engine.cli import main
-from project.engine.divergence import Diverged, DivergenceGuard
+from project.engine import main
+from project.engine.observe.divergence import Diverged, DivergenceGuard
 
 pytestmark = pytest.mark.slow
 SHORT = ("--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2",
@@ -109,7 +109,7 @@ def test_a_non_finite_evaluated_loss_stops_the_run_before_the_best_checkpoint_se
     "as they were), skips are logged as train/skipped_steps, and more than `max_skips_in_a_row` in a row stop the run"
 )
 def test_skip_drops_the_steps_with_non_finite_gradients_and_the_run_goes_on(tmp_path: Path) -> None:
-    guard = {"class_path": "project.engine.divergence.DivergenceGuard", "init_args": {"action": "skip"}}
+    guard = {"class_path": "project.engine.DivergenceGuard", "init_args": {"action": "skip"}}
     probe = {"class_path": "probes.InfGradient", "init_args": {"steps": [5, 6]}}
     cli = fit(tmp_path, "--trainer.limit_train_batches=12", "--trainer.max_epochs=1", "--trainer.log_every_n_steps=4",
               configs=(DIGITS, _only(tmp_path, guard, probe)))  # fmt: skip

@@ -1,4 +1,4 @@
-"""The EMA of the weights (project.engine.ema.EMA): the closed form once per optimizer step, what validation, the
+"""The EMA of the weights (project.engine.EMA): the closed form once per optimizer step, what validation, the
 best checkpoint and the final test evaluate, and no host read per step."""
 
 from pathlib import Path
@@ -8,13 +8,13 @@ import torch
 from conftest import DIGITS, HOST_SYNCS, ROOT, fit, offending_ops, run_ranks, scalars, scratch_dir
 from probes import StepWeights
 
-from project.engine.ema import EMA
+from project.engine import EMA
 
 DECAY = 0.9
 # 2 epochs of 5 batches in windows of 2 (2, 2 and a short 1): 3 optimizer steps an epoch, 6 in all.
 RUN = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
        "--trainer.limit_test_batches=2", "--trainer.accumulate_grad_batches=2", "--trainer.enable_progress_bar=false",
-       "--trainer.callbacks+=probes.StepWeights", "--trainer.callbacks+=project.engine.ema.EMA",
+       "--trainer.callbacks+=probes.StepWeights", "--trainer.callbacks+=project.engine.EMA",
        f"--trainer.callbacks.decay={DECAY}")  # fmt: skip
 
 
@@ -89,7 +89,7 @@ def test_validation_and_the_final_test_evaluate_the_average(ema_run: dict) -> No
 
 @pytest.mark.guarantee("EMA: `make export` exports the average (parity with the averaged task), not the raw weights")
 def test_the_export_is_the_average(ema_run: dict) -> None:
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     cli, best = ema_run["cli"], ema_run["run"] / "checkpoints" / "best.ckpt"
     export(best)
@@ -121,11 +121,11 @@ def test_an_update_reads_nothing_on_the_host(ema_run: dict) -> None:
 
 @pytest.mark.guarantee("EMA with decay outside [0, 1) is refused naming the value")
 def test_a_decay_outside_the_unit_interval_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from project.engine.cli import main
+    from project.engine import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", DIGITS, f"--trainer.logger.init_args.save_dir={tmp_path}",
-              "--trainer.callbacks+=project.engine.ema.EMA", "--trainer.callbacks.decay=1.0"])  # fmt: skip
+              "--trainer.callbacks+=project.engine.EMA", "--trainer.callbacks.decay=1.0"])  # fmt: skip
     assert exit_info.value.code == 2 and "EMA decay=1.0: give a number in [0, 1)" in capsys.readouterr().err
     assert not (tmp_path / "digits").exists()
 
@@ -143,7 +143,7 @@ def test_two_processes_average_as_one(tmp_path: Path) -> None:
     common = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2",
               "--trainer.limit_test_batches=2", "--trainer.accelerator=cpu", "--data.drop_last=true",
               "--model.net.init_args.dropout=0.0", "--trainer.precision=64-true",
-              "--trainer.callbacks+=project.engine.ema.EMA", f"--trainer.callbacks.decay={DECAY}")  # fmt: skip
+              "--trainer.callbacks+=project.engine.EMA", f"--trainer.callbacks.decay={DECAY}")  # fmt: skip
     fit(tmp_path / "one", *common, "--data.batch_size=32")
     two = run_ranks("fit", "--config", DIGITS, "--config", str(ROOT / "configs" / "ddp.yaml"), *common,
                     "--data.batch_size=16", f"--trainer.logger.init_args.save_dir={tmp_path / 'two'}",

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from conftest import DIGITS, PYTHONPATH, fit, scalars
 from conftest import HF_TEXT_CLASSES as HF
 
-from project.engine.errors import ConfigError
-from project.engine.last_checkpoint import Interrupted
+from project.engine import ConfigError
+from project.engine.checkpointing.last_checkpoint import Interrupted
 
 pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
 pytest.importorskip("peft", reason="the hf extra is not installed (make install EXTRAS=hf)")
@@ -128,7 +128,7 @@ def _logits_in_a_fresh_process(directory: Path, texts: list[str], adapter_of: Pa
 
 
 def _checkpoint_logits(run: Path, texts: list[str]) -> tuple[torch.Tensor, list[str]]:
-    from project.engine.checkpoints import load_run
+    from project.engine import load_run
 
     model, data = load_run(run / "checkpoints" / "best.ckpt", read_data=False)
     x, _ = data.collate_fn([(data.encode(t, "text"), torch.tensor(0)) for t in texts])
@@ -294,7 +294,7 @@ def test_multi_label_fine_tuning_learns_and_exports_as_transformers_multi_label(
 
     if not present("multilabel"):  # a repository that kept the Hugging Face example but not the MultiLabel task
         pytest.skip("the multilabel example (project/tasks/multilabel.py) is not in this repository")
-    from project.engine.checkpoints import load_run
+    from project.engine import load_run
     from project.hf import save_pretrained
 
     tagged = _tagged(lines_csv, tmp_path / "tagged.csv")

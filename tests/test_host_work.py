@@ -11,14 +11,9 @@ import pytest
 import torch
 from conftest import DIGITS, fit, scalars
 
-from project.engine import progress
-from project.engine.cli import CLI
-from project.engine.monitored import TaskEarlyStopping
-from project.engine.predict import CSVPredictionWriter
-from project.engine.progress import ThrottledProgressBar
-from project.engine.provenance import Provenance
-from project.engine.run_directory import SaveConfig
-from project.engine.tracking import TrackerRun
+from project.engine import CLI, CSVPredictionWriter, Provenance, TaskEarlyStopping, ThrottledProgressBar, TrackerRun
+from project.engine.observe import progress
+from project.engine.run.run_directory import SaveConfig
 
 pytestmark = pytest.mark.slow
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=12", "--trainer.limit_val_batches=3",
@@ -159,7 +154,7 @@ def test_a_run_imports_no_optional_library_it_does_not_use(tmp_path: Path) -> No
     flags = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.max_steps=2", "--model.warmup=0",
              "--trainer.limit_val_batches=0", "--trainer.enable_checkpointing=false"]  # fmt: skip
     script = (
-        "import sys\nfrom project.engine.cli import CLI\n"
+        "import sys\nfrom project.engine import CLI\n"
         f"CLI(['fit', '--config', {DIGITS!r}, *{flags!r}])\n"
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )

@@ -10,8 +10,7 @@ import torch
 from conftest import DIGITS, IMAGES
 
 from project.data import ImageFolderDataModule
-from project.engine.cli import main
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, main
 
 pytestmark = [
     pytest.mark.guarantee(

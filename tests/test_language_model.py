@@ -97,7 +97,7 @@ def test_bits_per_byte_are_the_summed_loss_over_the_bytes_of_the_predicted_text(
     import torch
     from conftest import LANGUAGE_MODEL
 
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     if tokenizer == "bpe":
         pytest.importorskip("tokenizers", reason="data.tokenizer=bpe needs the text extra")
@@ -135,7 +135,7 @@ def test_prompts_are_read_as_model_json_says_and_an_empty_one_is_refused(tmp_pat
     import json
 
     from project.data.text import TextDataModule
-    from project.engine.errors import ConfigError
+    from project.engine import ConfigError
 
     dm = TextDataModule(str(text_corpus), block_size=16, cache_dir=str(tmp_path / "cache"))
     said = dm.input_description()
@@ -167,7 +167,7 @@ def test_a_bpe_run_predicts_from_its_copied_directory_without_the_corpus(tmp_pat
     tokenizers = pytest.importorskip("tokenizers", reason="data.tokenizer=bpe needs the text extra")
     from conftest import LANGUAGE_MODEL, fit
 
-    from project.engine.cli import main
+    from project.engine import main
 
     corpus = tmp_path / "corpus.txt"
     _corpus_with_a_word_only_in_the_test_text(corpus, text_corpus)
@@ -246,7 +246,7 @@ def test_the_byte_file_is_the_corpus_bytes_read_in_chunks(tmp_path: Path, monkey
 
 
 def test_fsdp_shards_the_gpts_blocks_and_leaves_its_tied_head_to_the_net() -> None:
-    from project.engine.sharding import units_of
+    from project.engine.model.sharding import units_of
     from project.gpt import GPT
 
     net = GPT((16,), 20, layers=3, heads=2, width=8)

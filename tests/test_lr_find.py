@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import DIGITS, ROOT
 
-from project.engine.cli import CLI, main
-from project.engine.lr_find import lr_find
-from project.engine.lr_find import main as lr_find_main
+from project.engine import CLI, main
+from project.engine.run.lr_find import lr_find
+from project.engine.run.lr_find import main as lr_find_main
 
 pytestmark = pytest.mark.slow
 GAN = str(ROOT / "tests" / "configs" / "gan.yaml")

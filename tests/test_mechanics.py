@@ -19,8 +19,7 @@ from lightning.pytorch.utilities.model_summary import get_human_readable_count, 
 from probes import InfGradAt, Recorder
 from toy import Classifier, ConvNet, Digits
 
-from project.engine.cli import CLI
-from project.engine.optimization import planned_steps
+from project.engine import CLI, planned_steps
 
 PEAK, MIN_LR = 3e-3, 1e-5  # model.optimizer's lr and model.schedule's min_lr in tests/configs/digits.yaml
 
@@ -126,7 +125,7 @@ def test_the_engine_trains_without_the_recipe_file(tmp_path: Path) -> None:
     # project.recipe made unimportable (None in sys.modules): the tests' config names its own rule and schedule.
     script = (
         "import sys; sys.modules['project.recipe'] = None\n"
-        "from project.engine.cli import main\n"
+        "from project.engine import main\n"
         f"main(['fit', '--config', {DIGITS!r}, '--trainer.fast_dev_run=true', "
         f"'--trainer.logger.init_args.save_dir={tmp_path}'])\n"
         "assert 'project.recipe' not in [m for m, v in sys.modules.items() if v is not None]\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import DEBUG, DIGITS, ROOT, fit, scalars
 
-from project.engine.cli import main
+from project.engine import main
 
 pytestmark = [
     pytest.mark.guarantee(

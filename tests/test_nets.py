@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import DIGITS
 
-from project.engine.cli import main
+from project.engine import main
 from project.nets import ResNet
 
 pytestmark = [

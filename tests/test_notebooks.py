@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, USER_DEFAULT, default_data_missing
 from nbclient import NotebookClient
 
-from project.engine.cli import CLI
+from project.engine import CLI
 
 pytestmark = [
     pytest.mark.guarantee(

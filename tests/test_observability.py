@@ -20,8 +20,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.data import TensorDataset  # what the digits DataModule serves
 from toy import Classifier
 
-from project.engine import dashboard
-from project.engine.cli import main
+from project.engine import main
+from project.engine.observe import dashboard
 
 SHORT = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=8", "--trainer.log_every_n_steps=2",
          "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1")  # fmt: skip
@@ -186,7 +186,7 @@ def test_profile_writes_a_chrome_trace_and_reports_the_top_ops(
     # In a process of its own, as `make profile` runs: torch.profiler's tables depend on profilers earlier in the
     # process (forked from one that imported the stack and profiled nothing).
     result = run_module(
-        "fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
+        "fit", "--config", DIGITS, "--config", PROFILE, "--trainer.callbacks+=project.engine.ProfileSteps",
         *args, f"--trainer.logger.init_args.save_dir={tmp_path}", forked=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -231,11 +231,11 @@ def test_profiling_more_steps_than_the_run_has_is_refused_in_one_sentence(
 
     rmtree = shutil.rmtree
     monkeypatch.setattr(SummaryWriter, "__init__", recorded)
-    monkeypatch.setattr("project.engine.run_directory.shutil.rmtree", remove)
+    monkeypatch.setattr("project.engine.run.run_directory.shutil.rmtree", remove)
     # profile.yaml stops at 40 optimizer steps; 5 of warm-up + 50 profiled would never reach the report.
     with pytest.raises(SystemExit) as exit_:
         main(["fit", "--config", DIGITS, "--config", PROFILE, f"--trainer.logger.init_args.save_dir={tmp_path}",
-              "--trainer.callbacks+=project.engine.profiling.ProfileSteps",
+              "--trainer.callbacks+=project.engine.ProfileSteps",
               "--trainer.callbacks.steps=50"])  # fmt: skip
     assert exit_.value.code == 2
     assert ("error: trainer.callbacks.steps=50: ProfileSteps profiles optimizer steps 5..54, but the run stops at "
@@ -277,7 +277,7 @@ def test_the_console_log_stays_readable_without_a_terminal(tmp_path: Path) -> No
 def test_each_upstream_line_the_cli_hides_is_still_printed_upstream(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """project/engine/cli.py filters three upstream lines of every run. Once an upgrade stops printing one, this
+    """project/engine/run/cli.py filters three upstream lines of every run. Once an upgrade stops printing one, this
     fails: remove that filter (its issue says when), rather than keep it forever."""
     # jsonargparse shows each deprecation once per process (an earlier test here may have had it): every time.
     monkeypatch.setenv("JSONARGPARSE_DEPRECATION_WARNINGS", "all")
@@ -327,7 +327,7 @@ def test_training_steps_make_no_host_device_sync(tmp_path: Path) -> None:
 
 
 def test_mfu_is_measured_against_the_peak_of_the_dtype_the_matmuls_run_in() -> None:
-    from project.engine.monitor import compute_dtype
+    from project.engine.observe.monitor import compute_dtype
 
     # Mixed precisions keep float32 weights while their matmuls run in half precision: the weights' dtype would
     # judge a bf16-mixed run against the float32 peak (an H100's is ~15x below its bfloat16 one).

@@ -11,9 +11,8 @@ import pytest
 import torch
 from conftest import DEBUG, DIGITS, fit
 
-from project.engine.cli import main
-from project.engine.errors import ConfigError
-from project.engine.export import ParityError, export
+from project.engine import ConfigError, main
+from project.engine.inference.export import ParityError, export
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +137,7 @@ def test_predict_warns_of_nothing_it_does_on_purpose(run: Path) -> None:
 
 
 def _same_rng(a: dict, b: dict) -> bool:
-    """Two captures of every generator's state (project.engine.rng's, which checkpoints hold) are equal."""
+    """Two captures of every generator's state (checkpointing.rng's, which checkpoints hold) are equal."""
     numpy_same = torch.equal(a["numpy"]["key"], b["numpy"]["key"]) and a["numpy"]["pos"] == b["numpy"]["pos"]
     return torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"] and numpy_same
 
@@ -148,8 +147,8 @@ def _same_rng(a: dict, b: dict) -> bool:
     "checkpoint leave the process's random state as the same command without the checkpoint leaves it"
 )
 def test_only_a_resumed_fit_takes_the_checkpoints_random_state(run: Path) -> None:
-    from project.engine.cli import CLI
-    from project.engine.rng import capture_rng_state
+    from project.engine import CLI
+    from project.engine.checkpointing.rng import capture_rng_state
 
     best = run / "checkpoints" / "best.ckpt"
     for command in ("test", "predict"):

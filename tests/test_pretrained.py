@@ -10,8 +10,7 @@ import torch
 from conftest import fit, scalars, warmup_cosine
 from probes import Snapshots
 
-from project.engine.errors import ConfigError
-from project.engine.optimization import resolve_warmup_steps
+from project.engine import ConfigError, resolve_warmup_steps
 
 BACKBONE = ("--model.net=toy.BackboneNet",)
 EARLIER, OTHER = "--data.digits=[0,1,2]", "--data.digits=[3,4,5]"  # as many classes, other ones
@@ -109,7 +108,7 @@ def test_fine_tuning_a_net_without_a_backbone_is_refused_saying_what_a_backbone_
 def test_a_tensor_shaped_differently_is_left_new_and_named() -> None:
     from toy import BackboneNet
 
-    from project.engine.weights import load_matching
+    from project.engine import load_matching
 
     torch.manual_seed(0)
     three, two = BackboneNet((3, 8, 8), 3, width=4), BackboneNet((3, 8, 8), 2, width=4)

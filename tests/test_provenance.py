@@ -16,9 +16,9 @@ import yaml
 from conftest import DIGITS, ROOT, fit
 from probes import Crash
 
-from project.engine.last_checkpoint import Interrupted
-from project.engine.provenance import ending, git_state
-from project.engine.runs import table
+from project.engine.checkpointing.last_checkpoint import Interrupted
+from project.engine.observe.provenance import ending, git_state
+from project.engine.observe.runs import table
 
 SHORT = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=5", "--trainer.limit_val_batches=2",
          "--trainer.limit_test_batches=2", "--trainer.enable_progress_bar=false")  # fmt: skip
@@ -31,7 +31,7 @@ trainer:
       init_args: {filename: best, monitor: val/acc, mode: max}
     - class_path: lightning.pytorch.callbacks.EarlyStopping
       init_args: {monitor: val/loss, mode: min, patience: 1, min_delta: 100.0}
-    - class_path: project.engine.provenance.Provenance
+    - class_path: project.engine.Provenance
 """
 
 
@@ -106,7 +106,7 @@ def test_the_patch_never_copies_a_secret_and_lists_what_it_leaves_out(tmp_path: 
 def test_the_recorded_checkout_is_the_repository_root() -> None:
     # The patch of a dirty tree is taken from here (git diff and untracked files relative to it): a subfolder would
     # miss untracked files outside it (a config of yours) and write paths git apply puts in the wrong place.
-    from project.engine.provenance import PROJECT_ROOT
+    from project.engine.observe.provenance import PROJECT_ROOT
 
     top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
     assert PROJECT_ROOT == ROOT and (top.returncode != 0 or Path(top.stdout.strip()) == ROOT)
@@ -243,8 +243,7 @@ def test_make_runs_shows_the_recipes_keys_first_and_says_how_many_more_differ(lo
 @pytest.mark.slow
 def test_make_runs_does_not_import_the_training_stack(logs: Path) -> None:
     # What keeps it quick (a fraction of a second, against ~4 s for importing Lightning): no torch at all.
-    code = (
-        "import sys; from project.engine.runs import main; main(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
-    )
+    code = "import sys; from project.engine.observe.runs import main; main"
+    code += "(['--logs', sys.argv[1]]); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code, str(logs)], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False") and "digits/version_0" in out

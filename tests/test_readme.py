@@ -14,7 +14,7 @@ import manual  # scripts/ (conftest puts it on the path)
 import pytest
 from conftest import ROOT
 
-from project.engine.faults import PACKAGE
+from project.engine.run.faults import PACKAGE
 
 # The template's own manual, not yours: `make check-manual` (the template's CI) runs these, `make test` does not.
 pytestmark = pytest.mark.manual
@@ -228,7 +228,7 @@ def _parse(name: str, args: list[str], checkout: Path, monkeypatch: pytest.Monke
     import importlib.util
     import io
 
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     if name in ("srun", "torchrun"):  # the launchers run python: srun python -m ..., torchrun ... -m project
         args = args[1:] if name == "srun" else args[args.index("-m") :]

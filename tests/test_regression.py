@@ -13,8 +13,8 @@ import torch
 import yaml
 from conftest import DIGITS, REGRESSION, ROOT, fit, scalars
 
-from project.engine.cli import main
-from project.engine.runs import table
+from project.engine import main
+from project.engine.observe.runs import table
 
 SHORT = ("--trainer.max_epochs=3", "--trainer.enable_progress_bar=false")
 
@@ -39,7 +39,7 @@ def _scaled(source: Path, path: Path, factor: float) -> Path:
 def test_the_regressor_is_judged_and_predicts_in_its_targets_units(
     regression_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     big = _scaled(regression_csv, tmp_path / "big.csv", 1e4)
     runs = {}

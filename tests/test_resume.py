@@ -9,7 +9,7 @@ import yaml
 from conftest import DIGITS, ROOT, fit, scalars
 from probes import Crash
 
-from project.engine.last_checkpoint import Interrupted
+from project.engine.checkpointing.last_checkpoint import Interrupted
 
 EPOCHS, BATCHES = 3, 10  # 30 optimizer steps
 FP16_CPU = str(ROOT / "tests" / "configs" / "fp16_cpu.yaml")
@@ -62,7 +62,7 @@ SGD_LINEAR = ("--model.optimizer=SGD", "--model.optimizer.momentum=0.9", "--mode
 # one parameter group: LBFGS takes no other.
 LBFGS = ("--model.optimizer=torch.optim.LBFGS", "--model.optimizer.lr=0.5", "--model.param_groups=null",
          "--model.net=toy.MLP")  # fmt: skip
-EMA = ("--trainer.callbacks+=project.engine.ema.EMA", "--trainer.callbacks.decay=0.9")
+EMA = ("--trainer.callbacks+=project.engine.EMA", "--trainer.callbacks.decay=0.9")
 CASES: dict[str, tuple[int | None, dict, int, tuple[str, ...]]] = {
     "epoch-boundary": (None, {"epoch": 1}, 0, ()),  # crash as epoch 1 starts: resume from the end of epoch 0
     "mid-epoch": (4, {"step": 15}, 0, ()),  # crash at step 15: resume from the step-12 checkpoint (mid epoch 1)
@@ -169,7 +169,7 @@ def test_a_run_resumed_to_train_longer_follows_the_schedule_of_its_new_length(
     from conftest import warmup_cosine
     from probes import Recorder
 
-    from project.engine.optimization import resolve_warmup_steps
+    from project.engine import resolve_warmup_steps
 
     short = ("--trainer.max_epochs=2", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2",
              "--trainer.limit_test_batches=2")  # fmt: skip

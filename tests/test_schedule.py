@@ -6,8 +6,7 @@ import math
 import pytest
 import torch
 
-from project.engine.errors import ConfigError
-from project.engine.optimization import build_optimizer, resolve_warmup_steps
+from project.engine import ConfigError, build_optimizer, resolve_warmup_steps
 from project.recipe import WarmupConstant, WarmupCosine, WarmupLinear, WarmupStableDecay
 
 pytestmark = [

@@ -15,8 +15,7 @@ from PIL import Image
 
 from project.data import SegmentationFolderDataModule
 from project.data.images import decode_image
-from project.engine.cli import CLI, main
-from project.engine.errors import ConfigError
+from project.engine import CLI, ConfigError, main
 from project.nets import UNet
 from project.tasks import Segmenter
 
@@ -224,7 +223,7 @@ def test_predict_writes_one_mask_per_input_at_its_size_the_argmax_of_the_outputs
         image.resize((24, 20)).save(folder / "wide.png")  # another size: its mask comes back at 24x20
     output = tmp_path / "out" / "predictions.csv"
     main(["predict", "--config", str(run / "config.yaml"), f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}",
-          f"--data.predict_path={folder}", "--trainer.callbacks+=project.engine.predict.CSVPredictionWriter",
+          f"--data.predict_path={folder}", "--trainer.callbacks+=project.engine.CSVPredictionWriter",
           f"--trainer.callbacks.output={output}"])  # fmt: skip
     with open(output) as f:
         rows = list(csv.DictReader(f))
@@ -252,7 +251,7 @@ def test_predict_writes_one_mask_per_input_at_its_size_the_argmax_of_the_outputs
 def test_the_export_outputs_the_class_logits_per_pixel_named_in_model_json(trained: tuple[Path, CLI]) -> None:
     import onnxruntime
 
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     run, cli = trained
     metadata = export(run / "checkpoints" / "best.ckpt")

@@ -12,8 +12,7 @@ import torch.nn.functional as F
 from conftest import DIGITS, SFT, fit
 from torch import Tensor
 
-from project.engine.errors import ConfigError
-from project.engine.metrics import IGNORE_INDEX
+from project.engine import IGNORE_INDEX, ConfigError
 
 pytest.importorskip("transformers", reason="the hf extra is not installed (make install EXTRAS=hf)")
 
@@ -89,8 +88,7 @@ def test_sft_learns_predicts_as_transformers_generates_and_exports(
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    from project.engine.checkpoints import load_run
-    from project.engine.cli import main
+    from project.engine import load_run, main
     from project.hf import save_pretrained
 
     cli = fit(tmp_path, *_given(chats_jsonl, tiny_chat), "--trainer.max_epochs=3", configs=(DIGITS, SFT))
@@ -195,7 +193,7 @@ def test_the_first_steps_are_a_plain_transformers_loops_bitwise(
     from torch.utils.data import DataLoader, DistributedSampler
     from transformers import AutoModelForCausalLM
 
-    from project.engine.optimization import resolve_warmup_steps
+    from project.engine import resolve_warmup_steps
     from project.recipe import WarmupCosine
 
     steps, seed = 4, 42  # seed: seed_everything in tests/configs/digits.yaml

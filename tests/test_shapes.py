@@ -19,9 +19,8 @@ from shapes import TwoInputs, Unlabelled
 from torchmetrics import Metric
 from toy import Digits
 
-from project.engine.cli import CLI
-from project.engine.errors import ConfigError
-from project.engine.task import PROMISES, Task
+from project.engine import CLI, ConfigError
+from project.engine.model.task import PROMISES, Task
 
 GAN = str(ROOT / "tests" / "configs" / "gan.yaml")
 
@@ -316,7 +315,7 @@ def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
 ) -> None:
     import toy
 
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     cli = fit(tmp_path, "--trainer.max_steps=2", "--trainer.max_epochs=1", "--trainer.limit_val_batches=0")
     checkpoint = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
@@ -337,8 +336,8 @@ def test_a_forward_torch_export_cannot_trace_is_refused_in_one_paragraph(
     run = Path(fit(tmp_path / "branchy", "--trainer.max_steps=2", "--trainer.max_epochs=1",
                    "--trainer.limit_val_batches=0", "--model.net=branchy.Net").trainer.log_dir)  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), PYTHONPATH]), "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "project.engine.export", str(run / "checkpoints" / "last.ckpt")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
+    export = [sys.executable, "-m", "project.engine.inference.export", str(run / "checkpoints" / "last.ckpt")]
+    done = subprocess.run(export, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)  # fmt: skip
     checkpoint = run / "checkpoints" / "last.ckpt"
     assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:]
     (line,) = done.stderr.splitlines()  # one sentence, not the traced graphs

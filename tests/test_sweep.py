@@ -21,7 +21,7 @@ from conftest import DIGITS, PYTHONPATH, ROOT, free_port, run_module, wait_or_ki
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 from optuna.trial import TrialState
 
-from project.engine.checkpoints import load_checkpoint
+from project.engine.checkpointing.checkpoint_io import load_checkpoint
 from project.engine.sweep.__main__ import main
 
 DDP = str(ROOT / "configs" / "ddp.yaml")

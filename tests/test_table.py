@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from project.data import CSVDataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 pytestmark = [
     pytest.mark.guarantee(
@@ -124,7 +124,7 @@ def test_categories_and_missing_values_are_learned_from_the_training_split_alone
 def test_the_prediction_file_carries_the_id_columns_as_written_in_input_order(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from project.engine.predict import CSVPredictionWriter
+    from project.engine import CSVPredictionWriter
 
     columns = _churn_table(-1)
     columns["customer"] = [f"{i:05d}" for i in range(60)]  # IDs with leading zeros: text, not numbers
@@ -212,7 +212,7 @@ def test_the_table_workload_reads_one_table_both_ways(tmp_path: Path) -> None:
 def test_predictions_on_the_test_split_carry_its_rows_id_columns(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from project.engine.predict import CSVPredictionWriter
+    from project.engine import CSVPredictionWriter
 
     columns = _churn_table(-1)
     columns["customer"] = [f"{i:05d}" for i in range(60)]  # row i is customer i, leading zeros kept

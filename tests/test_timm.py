@@ -8,7 +8,7 @@ import torch
 from conftest import DIGITS, IMAGES, fit
 from probes import Snapshots
 
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 # make install removes timm where its torchvision cannot load beside the installed torch (the Makefile says why).
 NO_TIMM = "timm (the timm extra) is not installed, or was removed because its torchvision cannot load beside this torch"
@@ -33,7 +33,7 @@ def test_a_timm_backbone_starts_from_a_local_weights_file_with_its_pretraining_s
     timm = pytest.importorskip("timm", reason=NO_TIMM)
     from safetensors.torch import save_file
 
-    from project.engine.export import export
+    from project.engine.inference.export import export
 
     torch.manual_seed(0)
     pretrained = timm.create_model("test_resnet", num_classes=1000).state_dict()  # a 1000-class classifier: not ours

@@ -13,7 +13,7 @@ from conftest import DIGITS, ROOT, TOKENS, fit, run_ranks, scalars, scratch_dir
 from probes import Recorder, Snapshots
 from tokens import TokenNet, VariableLengthTokens, pad
 
-from project.engine.metrics import IGNORE_INDEX
+from project.engine import IGNORE_INDEX
 
 pytestmark = pytest.mark.slow
 # float64, no dropout, no clipping: runs equal in exact arithmetic differ only in summation order (~1e-16

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import DIGITS
 
-from project.engine.cli import main
+from project.engine import main
 
 pytestmark = [
     pytest.mark.slow,
@@ -111,7 +111,7 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(
 ) -> None:
     from probes import Recorder
 
-    from project.engine.cli import CLI
+    from project.engine import CLI
 
     cli = CLI(["fit", "--config", DIGITS, *SHORT, "--trainer.overfit_batches=2", "--trainer.max_epochs=3",
                "--trainer.callbacks+=probes.Recorder"], run=True)  # fmt: skip

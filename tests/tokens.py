@@ -9,9 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from project.engine.datamodule import DataModule
-from project.engine.metrics import IGNORE_INDEX
-from project.engine.task import Task
+from project.engine import IGNORE_INDEX, DataModule, Task
 
 VOCABULARY = 11  # token 0 is padding
 PAD = 0

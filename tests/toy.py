@@ -19,10 +19,7 @@ from torch.utils.data import Dataset, TensorDataset
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
-from project.engine.optimization import WarmupSchedule
-from project.engine.task import Task
+from project.engine import ConfigError, DataModule, Task, WarmupSchedule
 
 
 class Digits(DataModule):

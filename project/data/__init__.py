@@ -1,5 +1,5 @@
 """Your data: each file describes one kind of data as a DataModule subclassing
-``project.engine.datamodule.DataModule`` (the engine: split, loaders, samplers, resume, normalisation). Add yours as
+``project.engine.DataModule`` (the engine: split, loaders, samplers, resume, normalisation). Add yours as
 a new file and select it with ``data.class_path`` in the config."""
 
 from project.data.chat import ChatDataModule

@@ -35,9 +35,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from project.data.labelled_text import huggingface_tokenizer_file, pretrained_path, read_rows, transformers_module
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
-from project.engine.metrics import IGNORE_INDEX
+from project.engine import IGNORE_INDEX, ConfigError, DataModule
 
 
 def pad_chats(samples: list[tuple[Tensor, Tensor]], pad: int) -> tuple[Tensor, Tensor]:

@@ -15,8 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, DataModule
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 

@@ -19,8 +19,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 
 from project.data.tokenizer import BYTE_NAMES
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, DataModule
 
 PAD = 256
 VOCABULARY = [*BYTE_NAMES, "<pad>"]

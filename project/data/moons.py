@@ -5,7 +5,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from project.engine.datamodule import DataModule
+from project.engine import DataModule
 
 
 class MoonsDataModule(DataModule):

@@ -21,8 +21,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from project.data.images import IMAGE_SUFFIXES, Flipped, decode_image, images_to_predict
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, DataModule
 
 # Single-channel modes whose pixel values are the values written (a palette PNG's are the palette indices).
 MASK_MODES = ("L", "P", "I", "I;16", "1")

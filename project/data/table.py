@@ -36,8 +36,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, DataModule
 
 SUFFIXES = (".csv", ".tsv", ".parquet", ".jsonl")
 MISSING = "<missing>"

@@ -33,8 +33,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from project.data.tokenizer import BYTE_NAMES, END_OF_TEXT, bpe, bpe_vocabulary, decode, train_bpe
-from project.engine.datamodule import DataModule
-from project.engine.errors import ConfigError
+from project.engine import ConfigError, DataModule
 
 BYTE_END_OF_TEXT = 256  # <|endoftext|>'s id in the byte vocabulary (BPE's is 0)
 VOCABULARY = [*BYTE_NAMES, END_OF_TEXT]

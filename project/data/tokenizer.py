@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from project.engine.errors import ConfigError
+from project.engine import ConfigError
 
 BYTE_NAMES = [f"<0x{b:02X}>" for b in range(256)]
 END_OF_TEXT = "<|endoftext|>"

@@ -1,4 +1,4 @@
-"""Your tasks: each file is one kind of problem as a LightningModule subclassing ``project.engine.task.Task``, and
+"""Your tasks: each file is one kind of problem as a LightningModule subclassing ``project.engine.Task``, and
 says only what the problem is (loss, metrics, the metric it is judged by, what a prediction is). Select one with
 ``model.class_path`` in the config (configs/tasks/*.yaml)."""
 

@@ -21,8 +21,7 @@ from torchmetrics.classification import (
     MulticlassF1Score,
 )
 
-from project.engine.errors import ConfigError
-from project.engine.task import Task
+from project.engine import ConfigError, Task
 
 
 class Classifier(Task):
@@ -50,7 +49,7 @@ class Classifier(Task):
             class_weights: ``balanced``: each sample's loss weighted by N / (classes x its class's count in the
                 training split), so every class weighs the same in total; ``none``: every sample alike. The
                 weighted loss is the one logged (val/loss too); the metrics count every sample once.
-            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
         """
         if not 0.0 <= label_smoothing < 1.0:
             raise ConfigError(f"model.label_smoothing={label_smoothing!r}: must lie in [0, 1).")

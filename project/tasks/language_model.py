@@ -15,9 +15,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from project.data.tokenizer import token_bytes
-from project.engine.errors import ConfigError
-from project.engine.metrics import IGNORE_INDEX
-from project.engine.task import Task
+from project.engine import IGNORE_INDEX, ConfigError, Task
 
 
 class TokensPerByte(Metric):
@@ -69,7 +67,7 @@ class LanguageModel(Task):
             temperature: the logits are divided by it before sampling; 0 = greedy (always the likeliest token).
             top_k: sample among the k likeliest tokens only; null = among all.
             seed: the sampling's seed (prompt i is sampled with seed + i).
-            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
         """
         if max_new_tokens < 1:
             raise ConfigError(f"model.max_new_tokens={max_new_tokens!r}: must be >= 1.")

@@ -8,7 +8,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MultilabelAUROC, MultilabelF1Score
 
-from project.engine.task import Task
+from project.engine import Task
 
 
 class MultiLabel(Task):
@@ -22,7 +22,7 @@ class MultiLabel(Task):
         """
         Args:
             threshold: the probability above which a tag is predicted.
-            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
         """
         self.threshold = threshold
         super().__init__(**engine)

@@ -7,8 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection, R2Score
 
-from project.engine.errors import ConfigError
-from project.engine.task import Task
+from project.engine import ConfigError, Task
 
 
 class Standardization(nn.Module):
@@ -45,7 +44,7 @@ class Regressor(Task):
             loss: ``mse``, or ``huber`` (quadratic within ``huber_delta`` standard deviations, linear beyond: less
                 pulled by outliers).
             huber_delta: where the Huber loss turns linear, in standard deviations of the target.
-            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
         """
         if not huber_delta > 0:
             raise ConfigError(f"model.huber_delta={huber_delta!r}: must be > 0.")

@@ -11,8 +11,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
 
-from project.engine.errors import ConfigError
-from project.engine.task import Task
+from project.engine import ConfigError, Task
 
 MASKS = "masks"  # the folder, beside the prediction file, that predict writes one mask PNG per input into
 
@@ -35,7 +34,7 @@ class Segmenter(Task):
         Args:
             ignore_index: a mask value marking unlabelled pixels (e.g. 255), left out of the loss and the metrics;
                 it must be the DataModule's ``ignore_index`` too.
-            **engine: the net, optimizer and schedule settings of ``project.engine.task.Task``.
+            **engine: the net, optimizer and schedule settings of ``project.engine.Task``.
         """
         self.ignore_index = ignore_index
         super().__init__(**engine)

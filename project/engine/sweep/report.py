@@ -9,7 +9,7 @@ import optuna
 from jsonargparse import Namespace
 from optuna.trial import TrialState
 
-from project.engine.runs import columns
+from project.engine.observe.runs import columns
 from project.engine.sweep.spec import base_args, flag, shown
 from project.engine.sweep.study import HOST
 

@@ -164,8 +164,8 @@ def check_against_cli(spec: Namespace) -> Any:
     file leaves them out; which metrics a task logs is known once it is built, so the config's classes are built
     once (no Trainer) when the metric is another. Returns the CLI: ``.config`` (no searched value), ``.parser``.
     ``ConfigError`` naming what the CLI refuses."""
-    from project.engine.checks import kind_of
-    from project.engine.cli import CLI
+    from project.engine.run.checks import kind_of
+    from project.engine.run.cli import CLI
 
     class ParseOnly(CLI):
         def init_parser(self, **kwargs: Any) -> Any:

@@ -21,7 +21,7 @@ from optuna.storages import BaseStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from project.engine.errors import ConfigError
-from project.engine.runs import process_alive
+from project.engine.observe.runs import process_alive
 
 HOST = socket.gethostname()
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # what a trial did is printed by the worker, in one line

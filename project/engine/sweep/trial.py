@@ -47,7 +47,7 @@ class SweepTrial(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The trial's number and values as tags of its tracker runs (which share the study's experiment)."""
-        from project.engine.tracking import TrackerRun
+        from project.engine.observe.tracking import TrackerRun
 
         if self._trial is None:
             return

@@ -1,0 +1,78 @@
+"""An exponential moving average of the task's weights: Lightning's ``WeightAveraging`` (its swap for validation,
+its checkpoint layout), updated without a host sync and evaluated wherever a checkpoint is.
+
+List it in ``trainer.callbacks`` (``--trainer.callbacks+=project.engine.EMA``, ``--trainer.callbacks.decay=``).
+After each optimizer step ``average = decay * average + (1 - decay) * weights`` (the first step copies the weights).
+Validation, and so ``best.ckpt``'s choice and early stopping, sees the average; training goes on from the raw
+weights. Each checkpoint holds the average as its ``state_dict`` (what ``test``, ``predict``, ``export`` and a
+fine-tune load) and the raw weights beside it, which a resumed ``fit`` trains on: the resume is bitwise, the
+average included. BatchNorm's running statistics are averaged like the weights; its batch counter is copied.
+"""
+
+import itertools
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.trainer.states import TrainerFn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+from project.engine.errors import ConfigError
+
+
+class EMA(WeightAveraging):
+    def __init__(self, decay: float = 0.999) -> None:
+        """
+        Args:
+            decay: the weight of the average at each step, in [0, 1): 0.999 averages over ~1,000 steps.
+        """
+        if not 0.0 <= decay < 1.0:
+            raise ConfigError(f"EMA decay={decay}: give a number in [0, 1), e.g. 0.999 (an average over ~1,000 steps).")
+        super().__init__(use_buffers=True)
+        self.decay = decay
+        self._lerp = get_ema_multi_avg_fn(decay)  # torch's: one fused lerp per device and dtype
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        if isinstance(trainer.strategy, FSDPStrategy) or getattr(pl_module, "device_mesh", None) is not None:
+            raise ConfigError(
+                "EMA with a sharded strategy (fsdp): the average would be a whole unsharded copy of the weights on "
+                "every process (Lightning's WeightAveraging does not shard); use it with ddp, or take EMA out of "
+                "trainer.callbacks."
+            )
+        # Lightning's setup first calls configure_model, for a module that builds its layers there: a task builds
+        # its net in __init__ and only compiles or shards it there, which the average need not copy.
+        self._average_model = AveragedModel(model=pl_module, device=pl_module.device, use_buffers=True)
+        # In the dtype the precision plugin gives the task later (64-true, bf16-true), before a resume loads into it.
+        trainer.precision_plugin.convert_module(self._average_model.module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        # Once per optimizer step (global_step counts those, under accumulation and manual optimization alike).
+        # torch's AveragedModel.update_parameters reads its counter on the host twice per update; here the first
+        # update is known from the step already.
+        if trainer.global_step > self._latest_update_step:
+            self._update(pl_module, first=self._latest_update_step == 0)
+            self._latest_update_step = trainer.global_step
+
+    @torch.no_grad()
+    def _update(self, pl_module: L.LightningModule, first: bool) -> None:
+        assert self._average_model is not None
+        average = self._average_model.module
+        pairs = list(zip(itertools.chain(average.parameters(), average.buffers()),
+                         itertools.chain(pl_module.parameters(), pl_module.buffers()), strict=True))  # fmt: skip
+        floats = [(a, c.detach()) for a, c in pairs if a.is_floating_point()]
+        for a, c in pairs:  # the first update, and integer buffers (BatchNorm's batch counter): the current value
+            if first or not a.is_floating_point():
+                a.copy_(c)
+        if floats and not first:
+            self._lerp([a for a, _ in floats], [c for _, c in floats], None)
+        self._average_model.n_averaged += 1  # on the device: no host read
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        # Only a resumed fit trains on the raw weights again; test, validate and predict of a checkpoint evaluate its
+        # state_dict, the average (Lightning's would put the raw weights back when fit's own test reloads best.ckpt).
+        if trainer.state.fn == TrainerFn.FITTING and self._average_model is not None:
+            super().on_load_checkpoint(trainer, pl_module, checkpoint)
