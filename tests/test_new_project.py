@@ -88,7 +88,7 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
     expected = {re.sub(rf"^{PACKAGE}/", f"{NEW}/", f) for f in git("-C", template, "ls-files").splitlines()
                 if f not in left_out and f not in TEMPLATE_ONLY}  # fmt: skip
     assert set(git("ls-files").splitlines()) == expected | {".copier-answers.yml"}
-    assert not (churn / PACKAGE).exists() and (churn / NEW / "engine" / "cli.py").is_file()
+    assert not (churn / PACKAGE).exists() and (churn / NEW / "engine" / "run" / "cli.py").is_file()
     # No code names the old package: every text file, the manual's code included (its prose says "project").
     for relative in git("ls-files").splitlines():
         if relative != ".copier-answers.yml":

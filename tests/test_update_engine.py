@@ -57,7 +57,7 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     engine, ours = template / PACKAGE / "engine", repo / NEW / "engine"
     # The template's later commit: a fix to the monitor, one to errors.py's first line, a new engine module that
     # imports the package, a line on top of the default config.
-    _edit(engine / "monitor.py", "import resource\n", "import resource  # a later fix\n")
+    _edit(engine / "observe" / "monitor.py", "import resource\n", "import resource  # a later fix\n")
     first_line = (engine / "errors.py").read_text().splitlines()[0]
     _edit(engine / "errors.py", first_line + "\n", first_line + "  # the template's\n")
     (engine / "later.py").write_text(f"from {PACKAGE}.engine.errors import ConfigError\n")
@@ -65,9 +65,9 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     config.write_text("# the template's later default\n" + config.read_text())
     _git(template, "add", "-A")
     _git(template, "commit", "-qm", "later fixes")
-    # Yours: a change to a file the template leaves alone (runs.py), the same first line of errors.py, the end of
+    # Yours: a change to a file the template leaves alone (observe/runs.py), the same first line of errors.py, the end of
     # your config, and a file of your own that names the template's package folder (a rename would change it).
-    (ours / "runs.py").write_text((ours / "runs.py").read_text() + "# mine\n")
+    (ours / "observe" / "runs.py").write_text((ours / "observe" / "runs.py").read_text() + "# mine\n")
     _edit(ours / "errors.py", first_line + "\n", first_line + "  # mine\n")
     (repo / "configs" / "default.yaml").write_text((repo / "configs" / "default.yaml").read_text() + "# mine\n")
     (repo / "HISTORY.md").write_text(f"Made from the template, whose package was `{PACKAGE}/`.\n")
@@ -79,8 +79,10 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     assert f"Conflict markers in: {NEW}/engine/errors.py - resolve them" in updated.stderr, updated.stderr
     errors = (ours / "errors.py").read_text()
     assert f"<<<<<<< before updating\n{first_line}  # mine\n=======\n{first_line}  # the template's\n>>>>>>>" in errors
-    assert "import resource  # a later fix\n" in (ours / "monitor.py").read_text()  # yours unchanged: theirs
-    assert (ours / "runs.py").read_text().endswith("# mine\n")  # theirs unchanged: yours
+    assert (
+        "import resource  # a later fix\n" in (ours / "observe" / "monitor.py").read_text()
+    )  # yours unchanged: theirs
+    assert (ours / "observe" / "runs.py").read_text().endswith("# mine\n")  # theirs unchanged: yours
     assert (ours / "later.py").read_text() == f"from {NEW}.engine.errors import ConfigError\n"  # new, renamed
     config = (repo / "configs" / "default.yaml").read_text()
     assert config.startswith("# the template's later default\n") and config.endswith("# mine\n")  # both
@@ -94,7 +96,7 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     resolved = run("git", "rev-parse", "--verify", "--quiet", f"{recorded}^{{commit}}", cwd=template).stdout.strip()
     assert resolved == _git(template, "rev-parse", "HEAD").strip(), answers
     changed = {line[3:] for line in _git(repo, "status", "--porcelain").splitlines()}
-    assert changed == {f"{NEW}/engine/monitor.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
+    assert changed == {f"{NEW}/engine/observe/monitor.py", f"{NEW}/engine/errors.py", f"{NEW}/engine/later.py",
                        "configs/default.yaml", ".copier-answers.yml"}  # fmt: skip
 
 
