@@ -65,8 +65,8 @@ def test_a_newer_template_merges_into_the_repository_three_ways(template_and_rep
     config.write_text("# the template's later default\n" + config.read_text())
     _git(template, "add", "-A")
     _git(template, "commit", "-qm", "later fixes")
-    # Yours: a change to a file the template leaves alone (observe/runs.py), the same first line of errors.py, the end of
-    # your config, and a file of your own that names the template's package folder (a rename would change it).
+    # Yours: a change to a file the template leaves alone (observe/runs.py), the same first line of errors.py, the end
+    # of your config, and a file of your own that names the template's package folder (a rename would change it).
     (ours / "observe" / "runs.py").write_text((ours / "observe" / "runs.py").read_text() + "# mine\n")
     _edit(ours / "errors.py", first_line + "\n", first_line + "  # mine\n")
     (repo / "configs" / "default.yaml").write_text((repo / "configs" / "default.yaml").read_text() + "# mine\n")
