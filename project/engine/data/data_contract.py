@@ -8,7 +8,7 @@ A sample is ``(inputs, targets)``, or the inputs alone without targets (``batche
 a sample's inputs are a dict (name: tensor), ``input_shape`` (and ``input_dtype`` where they differ) a dict of the
 same names. Padding targets are ``metrics.IGNORE_INDEX``. Float inputs are standardised on the device, each input
 with statistics of its own (datasets stay in raw units; ``export`` builds it into the model); what reading new
-inputs needs is kept in the checkpoint (``portable.py``).
+inputs needs is kept in the checkpoint (``checkpointing/portable.py``).
 """
 
 import math

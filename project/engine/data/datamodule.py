@@ -1,6 +1,6 @@
 """The base of every DataModule: the split, the loaders (``loaders.py``, ``samplers.py``), the normalisation
-(``normalization.py``), the checkpoint's state (``portable.py``). Yours subclasses it and says what the data is and
-how to read it: what ``DataContract`` (``data_contract.py``) lists.
+(``normalization.py``), the checkpoint's state (``checkpointing/portable.py``). Yours subclasses it and says what
+the data is and how to read it: what ``DataContract`` (``data_contract.py``) lists.
 """
 
 from pathlib import Path
@@ -142,7 +142,8 @@ class DataModule(DataContract, L.LightningDataModule):
         self._train_loader_state = None
         return self._train_loader
 
-    # The checkpoint keeps the epoch's position, the statistics, what reading inputs needs, examples (portable.py).
+    # The checkpoint keeps the epoch's position, the statistics, what reading inputs needs, examples
+    # (checkpointing/portable.py).
     def state_dict(self) -> dict[str, Any]:
         return state_of(self, self._train_loader)
 

@@ -115,7 +115,7 @@ class TrainingMonitor(L.Callback):
             self._tokens = self._tokens + (targets != IGNORE_INDEX).sum()  # on the device: read once per window
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]
-        # After an optimizer step's last micro-batch only (its private read: accumulation.py).
+        # After an optimizer step's last micro-batch only (its private read: model/accumulation.py).
         if every <= 0 or not is_last_micro_batch(trainer) or trainer.global_step % every != 0:
             return
         elapsed = max(now - self._window_start, 1e-9)

@@ -1,0 +1,74 @@
+"""The engine's API: what your code and configs name is importable from the package ``project.engine`` itself, and
+the module paths of the flat layout before the engine's parts (``project.engine.task``, ...) still import, with a
+warning naming the new path, so a repository, a saved config or a checkpoint from before the move still loads."""
+
+import ast
+import importlib
+import pickle
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import PACKAGE, fit
+
+import project.engine as engine
+from project.engine import _moved
+
+
+def test_every_public_name_is_the_object_its_module_defines() -> None:
+    for name, module in engine.PUBLIC.items():
+        defined = importlib.import_module(module)
+        expected = defined if defined.__name__.endswith("." + name) else getattr(defined, name)
+        assert getattr(engine, name) is expected, name
+
+
+def test_a_type_checker_reads_the_same_names_as_run_time() -> None:
+    tree = ast.parse(Path(engine.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    read = {(node.module, alias.name) for node in ast.walk(block) if isinstance(node, ast.ImportFrom)
+            for alias in node.names if alias.asname == alias.name}  # fmt: skip
+    listed = {
+        (module.rpartition(".")[0], name) if module.endswith("." + name) else (module, name)
+        for name, module in engine.PUBLIC.items()
+    }
+    assert read == listed
+
+
+def _import_old(old: str) -> object:
+    sys.modules.pop(f"{PACKAGE}.engine.{old}", None)  # imported afresh: it warns on import
+    with pytest.warns(FutureWarning) as said:
+        module = importlib.import_module(f"{PACKAGE}.engine.{old}")
+    message = str(said[0].message)
+    assert all(new in message for new in _moved.new_paths(old)) and f"from {PACKAGE}.engine import" in message
+    return module
+
+
+def test_an_old_path_imports_the_same_objects_with_a_warning_naming_the_new_one() -> None:
+    assert _import_old("task").Task is engine.Task  # type: ignore[attr-defined]
+    old = _import_old("checkpoints")  # split in two: its names from both
+    assert old.load_run is engine.load_run and old.AtomicCheckpointIO is engine.AtomicCheckpointIO  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        old.nothing  # type: ignore[attr-defined]  # noqa: B018
+    for moved in _moved.MOVED:  # every old module imports
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            sys.modules.pop(f"{PACKAGE}.engine.{moved}", None)
+            importlib.import_module(f"{PACKAGE}.engine.{moved}")
+
+
+def test_a_checkpoint_that_pickled_an_old_path_loads() -> None:
+    sys.modules.pop(f"{PACKAGE}.engine.monitored", None)
+    with pytest.warns(FutureWarning):
+        loaded = pickle.loads(f"c{PACKAGE}.engine.monitored\nTaskCheckpoint\n.".encode())
+    assert loaded is engine.TaskCheckpoint
+
+
+@pytest.mark.slow
+def test_a_config_that_names_an_old_class_path_runs(tmp_path: Path) -> None:
+    sys.modules.pop(f"{PACKAGE}.engine.ema", None)
+    with pytest.warns(FutureWarning, match=r"engine\.model\.ema"):
+        cli = fit(tmp_path, "--trainer.max_steps=2", "--trainer.limit_val_batches=0",
+                  f"--trainer.callbacks+={PACKAGE}.engine.ema.EMA")  # fmt: skip
+    assert any(isinstance(c, engine.EMA) for c in cli.trainer.callbacks)
+    assert cli.trainer.global_step == 2
