@@ -13,7 +13,7 @@ import pytest
 from conftest import PACKAGE, fit
 
 import project.engine as engine
-from project.engine import _moved
+from project.engine import moved
 
 
 def test_every_public_name_is_the_object_its_module_defines() -> None:
@@ -40,7 +40,7 @@ def _import_old(old: str) -> object:
     with pytest.warns(FutureWarning) as said:
         module = importlib.import_module(f"{PACKAGE}.engine.{old}")
     message = str(said[0].message)
-    assert all(new in message for new in _moved.new_paths(old)) and f"from {PACKAGE}.engine import" in message
+    assert all(new in message for new in moved.new_paths(old)) and f"from {PACKAGE}.engine import" in message
     return module
 
 
@@ -50,11 +50,11 @@ def test_an_old_path_imports_the_same_objects_with_a_warning_naming_the_new_one(
     assert old.load_run is engine.load_run and old.AtomicCheckpointIO is engine.AtomicCheckpointIO  # type: ignore[attr-defined]
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         old.nothing  # type: ignore[attr-defined]  # noqa: B018
-    for moved in _moved.MOVED:  # every old module imports
+    for flat in moved.MOVED:  # every old module imports
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            sys.modules.pop(f"{PACKAGE}.engine.{moved}", None)
-            importlib.import_module(f"{PACKAGE}.engine.{moved}")
+            sys.modules.pop(f"{PACKAGE}.engine.{flat}", None)
+            importlib.import_module(f"{PACKAGE}.engine.{flat}")
 
 
 def test_a_checkpoint_that_pickled_an_old_path_loads() -> None:
@@ -72,3 +72,27 @@ def test_a_config_that_names_an_old_class_path_runs(tmp_path: Path) -> None:
                   f"--trainer.callbacks+={PACKAGE}.engine.ema.EMA")  # fmt: skip
     assert any(isinstance(c, engine.EMA) for c in cli.trainer.callbacks)
     assert cli.trainer.global_step == 2
+
+
+def test_the_rewrite_turns_old_paths_into_the_api_or_their_new_module(tmp_path: Path) -> None:
+    engine_path = f"{PACKAGE}.engine"
+    code, config = tmp_path / "mine.py", tmp_path / "mine.yaml"
+    code.write_text(
+        f"from {engine_path}.task import Task\n"
+        f"from {engine_path}.checkpoints import load_run, check_fits\n"  # a split module: each name to its home
+        f"from {engine_path}.errors import ConfigError, config_error_in\n"  # did not move: the API all the same
+        f"    from {engine_path}.optimization import (\n        WarmupSchedule,\n    )\n"
+        f"import {engine_path}.samplers as samplers\n"
+    )
+    config.write_text(f"- class_path: {engine_path}.ema.EMA\n- class_path: {engine_path}.monitored.TaskCheckpoint\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        moved.main([str(code), str(config), str(tmp_path / "absent.py")])
+    assert code.read_text() == (
+        f"from {engine_path} import Task\n"
+        f"from {engine_path} import load_run\nfrom {engine_path}.checkpointing.checkpoint_io import check_fits\n"
+        f"from {engine_path} import ConfigError\nfrom {engine_path}.errors import config_error_in\n"
+        f"    from {engine_path} import WarmupSchedule\n"
+        f"import {engine_path}.data.samplers as samplers\n"
+    )
+    assert config.read_text() == f"- class_path: {engine_path}.EMA\n- class_path: {engine_path}.TaskCheckpoint\n"

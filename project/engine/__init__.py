@@ -14,13 +14,13 @@ the API that ``make update-engine`` keeps stable. The parts behind it, each impo
 - ``errors.py`` and ``hooks.py``: what every part may import.
 
 The names load on first use (``make runs`` imports this package without loading torch). A path of the flat
-layout before these parts still imports, with a warning naming the new one (``_moved.py``).
+layout before these parts still imports, with a warning naming the new one (``moved.py``).
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from project.engine import _moved
+from project.engine import moved
 
 # name: the module that defines it. One place: the public surface.
 PUBLIC = {
@@ -65,7 +65,7 @@ PUBLIC = {
 }
 __all__ = sorted(PUBLIC)
 
-_moved.install()
+moved.install()
 
 
 def __getattr__(name: str) -> Any:
