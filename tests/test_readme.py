@@ -91,6 +91,25 @@ def test_every_module_the_manual_runs_or_imports_exists() -> None:
     assert not absent, f"the manual names modules that do not exist: {absent}"
 
 
+def test_every_key_of_the_engines_task_and_datamodule_is_in_the_manual() -> None:
+    """Each argument a config gives the engine's Task and DataModule base classes is named in the manual, so
+    cutting its text never drops a key silently."""
+    import inspect
+
+    from project.engine.datamodule import DataModule  # imported here: the engine's modules may move
+    from project.engine.task import Task
+
+    absent = []
+    for cls, section in ((Task, "model"), (DataModule, "data")):
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            # `name`, `model.name`, `--model.name=...`, `model.name: value`: the key in backticks
+            if not re.search(rf"`(?:--)?(?:{section}\.(?:init_args\.)?)?{name}(?:[=: ][^`]*)?`", MANUAL):
+                absent.append(f"{section}.{name}")
+    assert not absent, f"keys of the engine's base classes the manual never names: {absent}"
+
+
 # ---- Every command the manual shows, run as far as it goes without training ----------------------------------
 #
 # Each fenced shell line (and each command of the "Scaling out" table) runs for real in a scratch copy of the
