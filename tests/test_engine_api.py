@@ -44,6 +44,10 @@ def _import_old(old: str) -> object:
     return module
 
 
+@pytest.mark.guarantee(
+    "The engine's API: a path of the flat layout before the engine's parts imports the same objects, warning with the "
+    "new path; a config and a pickle naming one load; `python -m project.engine.moved` rewrites them in your files"
+)
 def test_an_old_path_imports_the_same_objects_with_a_warning_naming_the_new_one() -> None:
     assert _import_old("task").Task is engine.Task  # type: ignore[attr-defined]
     old = _import_old("checkpoints")  # split in two: its names from both
