@@ -96,12 +96,12 @@ def test_the_new_repository_is_the_template_renamed_with_only_the_kept_examples(
             named = [line for line in named if not line.startswith("[project")]  # pyproject's own tables
             assert not named, f"{relative} still names {PACKAGE}: {named[:3]}"
     default = (churn / "configs" / "default.yaml").read_text()
-    assert f"class_path: {NEW}.engine.checkpoints.AtomicCheckpointIO" in default
+    assert f"class_path: {NEW}.engine.AtomicCheckpointIO" in default
     assert f"-m {NEW} fit" in (churn / "Makefile").read_text()
     assert re.search(rf"(?m)^PACKAGE := {NEW}$", (churn / "Makefile").read_text())
     pyproject = (churn / "pyproject.toml").read_text()
     assert f'name = "{NEW}"' in pyproject and f'include = ["{NEW}*"]' in pyproject  # what pip installs
-    assert f'{NEW} = "{NEW}.engine.cli:main"' in pyproject and f'"{NEW}[notebooks,' in pyproject
+    assert f'{NEW} = "{NEW}.engine.run.cli:main"' in pyproject and f'"{NEW}[notebooks,' in pyproject
     # The left-out examples' extras are gone (their packages are not installed for nothing), dev's list too.
     for extra in {x for name in set(EXAMPLES) - kept for x in EXAMPLES[name].extras}:
         assert not re.search(rf"(?m)^{extra} = |[\[,]{extra}[\],]", pyproject), extra
@@ -154,6 +154,12 @@ def test_the_new_repositorys_tests_pass_in_it(churn: Path, tmp_path: Path) -> No
               *tests, cwd=churn, env={"PYTHONPATH": str(stub.parent)})  # fmt: skip
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
     assert re.search(r"\d+ passed", ran.stdout) and NEW in (churn / "tests" / "conftest.py").read_text()
+
+
+def test_the_new_repositorys_layout_contracts_hold_on_its_renamed_package(churn: Path) -> None:
+    # make lint's import contracts (pyproject.toml's [tool.importlinter]) name the package: renamed with it.
+    linted = run(BIN / "lint-imports", "--no-cache", cwd=churn, env={"PYTHONPATH": str(churn)})
+    assert linted.returncode == 0 and "0 broken" in linted.stdout, linted.stdout[-3000:] + linted.stderr[-2000:]
 
 
 def test_make_example_data_writes_the_kept_examples_data_only(churn: Path, tmp_path: Path) -> None:
