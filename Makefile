@@ -102,7 +102,7 @@ update-engine: ## in a repository made by new-project: merge the template's newe
 	if grep -q "version from template not detected" "$$said"; then rm -f "$$said"; $(NOT_A_VERSION_TAG); exit 2; fi; \
 	cat "$$said" >&2; rm -f "$$said"; exit $$status
 	@test -z "$$(git ls-files --unmerged)" || { echo "Conflict markers in: $$(git diff --name-only --diff-filter=U | sort -u | tr '\n' ' ')- resolve them, make test, commit." >&2; exit 1; }
-	@test ! -f $(PACKAGE)/engine/moved.py || $(BIN)/python -m $(PACKAGE).engine.moved  # engine paths that moved, in your files
+	@test ! -f $(PACKAGE)/engine/rewrite_old_paths.py || $(BIN)/python -m $(PACKAGE).engine.rewrite_old_paths  # in your files
 	@echo "Merged the template's newer version: review with git diff, run make test, commit."
 
 install: $(INSTALLED) ## create .venv (PYTHON= picks the interpreter) and install the project with its dev tools (LOCKED=1: pinned; EXTRAS=mlflow,wandb: those too)

@@ -1,6 +1,6 @@
 """The engine's API: what your code and configs name is importable from the package ``project.engine`` itself, and
-the module paths of the flat layout before the engine's parts (``project.engine.task``, ...) still import, with a
-warning naming the new path, so a repository, a saved config or a checkpoint from before the move still loads."""
+the module paths of the flat layout before the engine's parts (``project/engine/task.py``'s, ...) still import,
+with a warning naming the new path, so a repository, a saved config or a checkpoint from before the move loads."""
 
 import ast
 import importlib
@@ -13,7 +13,7 @@ import pytest
 from conftest import PACKAGE, fit
 
 import project.engine as engine
-from project.engine import moved
+from project.engine import moved, rewrite_old_paths
 
 
 def test_every_public_name_is_the_object_its_module_defines() -> None:
@@ -46,7 +46,7 @@ def _import_old(old: str) -> object:
 
 @pytest.mark.guarantee(
     "The engine's API: a path of the flat layout before the engine's parts imports the same objects, warning with the "
-    "new path; a config and a pickle naming one load; `python -m project.engine.moved` rewrites them in your files"
+    "new path; a config and a pickle naming one load; `python -m project.engine.rewrite_old_paths` rewrites your files"
 )
 def test_an_old_path_imports_the_same_objects_with_a_warning_naming_the_new_one() -> None:
     assert _import_old("task").Task is engine.Task  # type: ignore[attr-defined]
@@ -82,21 +82,21 @@ def test_the_rewrite_turns_old_paths_into_the_api_or_their_new_module(tmp_path: 
     engine_path = f"{PACKAGE}.engine"
     code, config = tmp_path / "mine.py", tmp_path / "mine.yaml"
     code.write_text(
+        f"from {engine_path}.errors import ConfigError, config_error_in\n"  # did not move: the API all the same
         f"from {engine_path}.task import Task\n"
         f"from {engine_path}.checkpoints import load_run, check_fits\n"  # a split module: each name to its home
-        f"from {engine_path}.errors import ConfigError, config_error_in\n"  # did not move: the API all the same
-        f"    from {engine_path}.optimization import (\n        WarmupSchedule,\n    )\n"
-        f"import {engine_path}.samplers as samplers\n"
+        f"import {engine_path}.samplers as samplers\n\n"
+        f"def f():\n    from {engine_path}.optimization import (\n        WarmupSchedule,\n    )\n"
     )
     config.write_text(f"- class_path: {engine_path}.ema.EMA\n- class_path: {engine_path}.monitored.TaskCheckpoint\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        moved.main([str(code), str(config), str(tmp_path / "absent.py")])
-    assert code.read_text() == (
-        f"from {engine_path} import Task\n"
-        f"from {engine_path} import load_run\nfrom {engine_path}.checkpointing.checkpoint_io import check_fits\n"
-        f"from {engine_path} import ConfigError\nfrom {engine_path}.errors import config_error_in\n"
-        f"    from {engine_path} import WarmupSchedule\n"
-        f"import {engine_path}.data.samplers as samplers\n"
+        rewrite_old_paths.main([str(code), str(config), str(tmp_path / "absent.py")])
+    assert code.read_text() == (  # one import of the API per block, as isort orders it
+        f"from {engine_path} import ConfigError, Task, load_run\n"
+        f"from {engine_path}.errors import config_error_in\n"
+        f"from {engine_path}.checkpointing.checkpoint_io import check_fits\n"
+        f"import {engine_path}.data.samplers as samplers\n\n"
+        f"def f():\n    from {engine_path} import WarmupSchedule\n"
     )
     assert config.read_text() == f"- class_path: {engine_path}.EMA\n- class_path: {engine_path}.TaskCheckpoint\n"
