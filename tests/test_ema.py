@@ -70,6 +70,21 @@ def test_the_average_is_the_closed_form_once_per_optimizer_step(ema_run: dict) -
         assert torch.equal(last["current_model_state"][name], steps[-1][name]), name  # the raw weights, as trained
 
 
+@pytest.mark.guarantee("EMA with warmup: step t's decay is min(decay, (1 + t) / (10 + t)), t the optimizer step")
+def test_a_warmed_up_average_is_its_closed_form(tmp_path: Path) -> None:
+    cli = fit(tmp_path, *RUN, "--trainer.callbacks.warmup=true", "--trainer.max_epochs=1")
+    steps = list(StepWeights.taken)
+    last = torch.load(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert len(steps) == last["global_step"] == 3
+    expected = {k: v.double() for k, v in steps[0].items() if v.is_floating_point()}
+    for t, weights in enumerate(steps[1:], start=2):  # the update after optimizer step t
+        decay = min(DECAY, (1 + t) / (10 + t))  # 0.25 and 0.31 here: far below DECAY
+        expected = {k: decay * expected[k] + (1 - decay) * weights[k].double() for k in expected}
+    for name, value in expected.items():  # the rounding bound of the closed-form test above (decay <= DECAY)
+        scale = max(value.abs().max().item(), 1e-30)
+        torch.testing.assert_close(last["state_dict"][name].double(), value, rtol=0, atol=16 * 2**-24 * scale)
+
+
 @pytest.mark.guarantee(
     "EMA: validation (so best.ckpt's choice) and the final test evaluate the average, equal to evaluating it by hand"
 )
@@ -112,11 +127,11 @@ def test_an_update_reads_nothing_on_the_host(ema_run: dict) -> None:
     ema = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EMA))
     task, trainer = cli.model, cli.trainer
     ema.setup(trainer, task, "fit")  # a fresh average (fit's ended)
-    ema._latest_update_step = 1  # past the first step (a copy): the lerp
+    ema._latest_update_step, ema.warmup = 1, True  # past the first step (a copy): the lerp, its decay warmed up
     step = trainer.global_step
     syncs = offending_ops(lambda func, *_: func.overloadpacket.__name__ in HOST_SYNCS,
-                          lambda: ema._update(task, first=False))  # fmt: skip
-    assert not syncs and trainer.global_step == step, syncs
+                          lambda: ema.on_train_batch_end(trainer, task))  # fmt: skip
+    assert not syncs and trainer.global_step == step and ema._latest_update_step == step, syncs
 
 
 @pytest.mark.guarantee("EMA with decay outside [0, 1) is refused naming the value")

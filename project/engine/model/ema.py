@@ -7,6 +7,9 @@ Validation, and so ``best.ckpt``'s choice and early stopping, sees the average; 
 weights. Each checkpoint holds the average as its ``state_dict`` (what ``test``, ``predict``, ``export`` and a
 fine-tune load) and the raw weights beside it, which a resumed ``fit`` trains on: the resume is bitwise, the
 average included. BatchNorm's running statistics are averaged like the weights; its batch counter is copied.
+``warmup: true`` lowers the decay of the early steps to ``min(decay, (1 + step) / (10 + step))`` (TensorFlow's
+``ExponentialMovingAverage(num_updates=)``): the average then forgets the first, untrained weights within a few steps
+instead of ~1 / (1 - decay).
 """
 
 import itertools
@@ -23,16 +26,16 @@ from project.engine.errors import ConfigError
 
 
 class EMA(WeightAveraging):
-    def __init__(self, decay: float = 0.999) -> None:
+    def __init__(self, decay: float = 0.999, warmup: bool = False) -> None:
         """
         Args:
             decay: the weight of the average at each step, in [0, 1): 0.999 averages over ~1,000 steps.
+            warmup: step t's decay is ``min(decay, (1 + t) / (10 + t))``: short averages while the weights move fast.
         """
         if not 0.0 <= decay < 1.0:
             raise ConfigError(f"EMA decay={decay}: give a number in [0, 1), e.g. 0.999 (an average over ~1,000 steps).")
         super().__init__(use_buffers=True)
-        self.decay = decay
-        self._lerp = get_ema_multi_avg_fn(decay)  # torch's: one fused lerp per device and dtype
+        self.decay, self.warmup = decay, warmup
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
@@ -54,11 +57,13 @@ class EMA(WeightAveraging):
         # torch's AveragedModel.update_parameters reads its counter on the host twice per update; here the first
         # update is known from the step already.
         if trainer.global_step > self._latest_update_step:
-            self._update(pl_module, first=self._latest_update_step == 0)
+            step = trainer.global_step  # a host int: the decay costs no device read
+            decay = min(self.decay, (1 + step) / (10 + step)) if self.warmup else self.decay
+            self._update(pl_module, decay, first=self._latest_update_step == 0)
             self._latest_update_step = trainer.global_step
 
     @torch.no_grad()
-    def _update(self, pl_module: L.LightningModule, first: bool) -> None:
+    def _update(self, pl_module: L.LightningModule, decay: float, first: bool) -> None:
         assert self._average_model is not None
         average = self._average_model.module
         pairs = list(zip(itertools.chain(average.parameters(), average.buffers()),
@@ -68,7 +73,8 @@ class EMA(WeightAveraging):
             if first or not a.is_floating_point():
                 a.copy_(c)
         if floats and not first:
-            self._lerp([a for a, _ in floats], [c for _, c in floats], None)
+            # torch's: one fused lerp per device and dtype
+            get_ema_multi_avg_fn(decay)([a for a, _ in floats], [c for _, c in floats], None)
         self._average_model.n_averaged += 1  # on the device: no host read
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
