@@ -86,6 +86,31 @@ def test_a_warmed_up_average_is_its_closed_form(tmp_path: Path) -> None:
 
 
 @pytest.mark.guarantee(
+    "EMA: a parameter that needs no gradient when training starts (a LoRA fine-tune's frozen base) is the task's own "
+    "in the average, not a copy; unfrozen later, the average copies it then and averages it from there"
+)
+def test_the_average_shares_what_needs_no_gradient_and_averages_it_once_unfrozen(tmp_path: Path) -> None:
+    cli = fit(tmp_path, *RUN, "--model.net=toy.FrozenBaseNet", "--trainer.max_epochs=1")
+    ema, task = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EMA)), cli.model
+    average = ema._average_model.module
+    frozen = {name for name, p in task.named_parameters() if not p.requires_grad}
+    assert frozen == {"net.layers.1.weight", "net.layers.1.bias"}
+    for name, p in task.named_parameters():  # the frozen ones shared, the trained ones averaged apart
+        assert (average.get_parameter(name) is p) == (name in frozen), name
+    task.net.layers[1].requires_grad_(True)  # unfrozen (as a callback of the user's might)
+    ema._latest_update_step = 1  # the next update: past the first
+    ema.on_train_batch_end(cli.trainer, task)
+    weight, before = task.get_parameter("net.layers.1.weight"), task.get_parameter("net.layers.1.weight").clone()
+    assert average.get_parameter("net.layers.1.weight") is not weight  # a copy of its own now, equal to the weights
+    assert torch.equal(average.get_parameter("net.layers.1.weight"), before)
+    with torch.no_grad():
+        weight.add_(1.0)
+    ema._latest_update_step = 1
+    ema.on_train_batch_end(cli.trainer, task)  # averaged: DECAY * before + (1 - DECAY) * (before + 1)
+    torch.testing.assert_close(average.get_parameter("net.layers.1.weight"), before + (1 - DECAY), rtol=0, atol=1e-6)
+
+
+@pytest.mark.guarantee(
     "EMA: validation (so best.ckpt's choice) and the final test evaluate the average, equal to evaluating it by hand"
 )
 def test_validation_and_the_final_test_evaluate_the_average(ema_run: dict) -> None:

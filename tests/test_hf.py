@@ -167,6 +167,23 @@ def test_full_fine_tuning_learns_and_its_export_is_the_same_model_in_transformer
     "and the merged model gives them within 1e-4 of their scale",
 )
 @pytest.mark.slow
+def test_the_ema_of_a_lora_fine_tune_copies_only_the_adapters_and_its_best_checkpoint_loads(
+    lines_csv: Path, tiny_bert: Path, tmp_path: Path
+) -> None:
+    from project.engine import EMA, load_run
+
+    lora = ("--model.net.init_args.lora={r: 4, alpha: 8, dropout: 0.0}", "--trainer.callbacks+=project.engine.EMA")
+    cli = fit(tmp_path, *_given(lines_csv, tiny_bert), "--trainer.max_epochs=2", *lora, configs=(DIGITS, HF))
+    task = cli.model
+    average = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EMA))._average_model.module
+    frozen = [name for name, p in task.named_parameters() if not p.requires_grad]
+    assert frozen and len(frozen) < len(list(task.parameters()))  # the base frozen, the adapters trained
+    for name, p in task.named_parameters():  # the base is the task's own in the average, the adapters copies
+        assert (average.get_parameter(name) is p) == (name in frozen), name
+    model, _ = load_run(Path(cli.trainer.log_dir) / "checkpoints" / "best.ckpt", read_data=False)
+    assert type(model) is type(task)
+
+
 def test_lora_trains_only_the_adapters_and_exports_the_adapter_and_the_merged_model(
     lines_csv: Path, tiny_bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

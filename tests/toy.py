@@ -84,6 +84,15 @@ class MLP(nn.Module):
         return self.layers(x)
 
 
+class FrozenBaseNet(MLP):
+    """An MLP whose first linear layer needs no gradient from the start, as a LoRA fine-tune's base: no optimizer
+    holds it."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_outputs: int, hidden: int = 16) -> None:
+        super().__init__(input_shape, num_outputs, hidden)
+        self.layers[1].requires_grad_(False)
+
+
 class ConvNet(nn.Module):
     """Two 3x3 convolutions and a 2x2 max-pool, then a linear layer (the shipped ConvNet's layers: the engine
     tests' thresholds, e.g. the loss halved in 2 epochs, were set on it)."""

@@ -7,19 +7,23 @@ Validation, and so ``best.ckpt``'s choice and early stopping, sees the average; 
 weights. Each checkpoint holds the average as its ``state_dict`` (what ``test``, ``predict``, ``export`` and a
 fine-tune load) and the raw weights beside it, which a resumed ``fit`` trains on: the resume is bitwise, the
 average included. BatchNorm's running statistics are averaged like the weights; its batch counter is copied.
+A parameter that needs no gradient when training starts (a LoRA fine-tune's frozen base) is the task's own in the
+average, neither copied nor updated; should it start training later, the average copies it then and averages it on.
 ``warmup: true`` lowers the decay of the early steps to ``min(decay, (1 + step) / (10 + step))`` (TensorFlow's
 ``ExponentialMovingAverage(num_updates=)``): the average then forgets the first, untrained weights within a few steps
 instead of ~1 / (1 - decay).
 """
 
+import copy
 import itertools
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import WeightAveraging
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
+from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from project.engine.errors import ConfigError
@@ -48,7 +52,10 @@ class EMA(WeightAveraging):
             )
         # Lightning's setup first calls configure_model, for a module that builds its layers there: a task builds
         # its net in __init__ and only compiles or shards it there, which the average need not copy.
-        self._average_model = AveragedModel(model=pl_module, device=pl_module.device, use_buffers=True)
+        sharing = cast(nn.Module, _SharingFrozen(pl_module))  # all AveragedModel does with it is deepcopy
+        self._average_model = AveragedModel(model=sharing, device=pl_module.device, use_buffers=True)
+        live = dict(pl_module.named_parameters())
+        self._shared = [(n, p) for n, p in self._average_model.module.named_parameters() if p is live.get(n)]
         # In the dtype the precision plugin gives the task later (64-true, bf16-true), before a resume loads into it.
         trainer.precision_plugin.convert_module(self._average_model.module)
 
@@ -66,11 +73,16 @@ class EMA(WeightAveraging):
     def _update(self, pl_module: L.LightningModule, decay: float, first: bool) -> None:
         assert self._average_model is not None
         average = self._average_model.module
+        if any(p.requires_grad for _, p in self._shared):  # unfrozen since: a copy of its own, averaged from now on
+            for name, p in (shared for shared in self._shared if shared[1].requires_grad):
+                owner, _, attribute = name.rpartition(".")
+                setattr(average.get_submodule(owner), attribute, nn.Parameter(p.detach().clone()))
+            self._shared = [(n, p) for n, p in self._shared if not p.requires_grad]
         pairs = list(zip(itertools.chain(average.parameters(), average.buffers()),
                          itertools.chain(pl_module.parameters(), pl_module.buffers()), strict=True))  # fmt: skip
-        floats = [(a, c.detach()) for a, c in pairs if a.is_floating_point()]
+        floats = [(a, c.detach()) for a, c in pairs if a.is_floating_point() and a is not c]  # not the shared
         for a, c in pairs:  # the first update, and integer buffers (BatchNorm's batch counter): the current value
-            if first or not a.is_floating_point():
+            if (first or not a.is_floating_point()) and a is not c:
                 a.copy_(c)
         if floats and not first:
             # torch's: one fused lerp per device and dtype
@@ -82,3 +94,15 @@ class EMA(WeightAveraging):
         # state_dict, the average (Lightning's would put the raw weights back when fit's own test reloads best.ckpt).
         if trainer.state.fn == TrainerFn.FITTING and self._average_model is not None:
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+class _SharingFrozen:
+    """What ``AveragedModel`` deep-copies: the task, but for the parameters that need no gradient, which the copy
+    shares (a frozen base may be most of the memory)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> nn.Module:
+        frozen = {id(p): p for p in self.module.parameters() if not p.requires_grad}
+        return copy.deepcopy(self.module, {**memo, **frozen})
