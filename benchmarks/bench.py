@@ -468,7 +468,11 @@ def _variant(cli: Any, n: int, variant: str) -> Any:
     ``PARTS`` (the template keeps everything); or "lightning+callbacks": the logger and Lightning's own callbacks
     as a bare Lightning run has them (the best and the last checkpoint, early stopping, the step's learning rate, its
     default progress bar and model summary), what the template's per-step cost is judged against."""
-    if variant == "lightning+callbacks":
+    if variant == "template+EMA":  # the template with an average of the weights (project.engine.EMA, its default)
+        from project.engine import EMA
+
+        cli.trainer.callbacks.append(EMA())
+    elif variant == "lightning+callbacks":
         from lightning.pytorch import callbacks as lc
 
         task, root = cli.model, cli.trainer.default_root_dir
@@ -477,7 +481,7 @@ def _variant(cli: Any, n: int, variant: str) -> Any:
             lc.EarlyStopping(monitor=task.monitor, mode=task.mode, patience=10),
             lc.LearningRateMonitor(logging_interval="step"), lc.TQDMProgressBar(), lc.ModelSummary(),
         ]  # fmt: skip
-    elif variant != "template":
+    elif variant not in ("template", "template+EMA"):
         kept = PARTS[: n - 1]
         if "logger" not in kept:
             cli.trainer.loggers = []
@@ -493,7 +497,14 @@ def run_parts(config: str, workload: str, rounds: int, out: str) -> dict[str, di
     same model for all: no part changes what is learnt) and the parts it has (``has``)."""
     limit = PARTS_LIMIT.get(workload)
     epochs = WORKLOADS[workload]["epochs"]
-    variants = ["reference", "lightning", *(f"+{part}" for part in PARTS), "template", "lightning+callbacks"]
+    variants = [
+        "reference",
+        "lightning",
+        *(f"+{part}" for part in PARTS),
+        "template",
+        "template+EMA",
+        "lightning+callbacks",
+    ]
     found: dict[str, dict[str, list[float]]] = {v: defaultdict(list) for v in variants}
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         spec = Path(scratch) / "spec.pt"
@@ -868,6 +879,9 @@ def main() -> None:
             above = m if variant != "reference" else None
         ref, bare, tpl, same = (found[k] for k in ("reference", "lightning", "template", "lightning+callbacks"))
         ratios = [tpl[k] / same[k] for k in ("calls_per_step", "step_us", "val_batch_us")]
+        ema = found["template+EMA"]
+        print(f"  => EMA (decay 0.999): {ema['step_us'] / tpl['step_us'] - 1:+.1%} per step over the template, "
+              f"{ema['calls_per_step'] - tpl['calls_per_step']:+.0f} calls")  # fmt: skip
         print("  => template / Lightning with its own callbacks: {:.2f}x the calls per step, {:.2f}x per step, "
               "{:.2f}x per validation batch".format(*ratios))  # fmt: skip
         print(f"  => template / bare Lightning: {tpl['calls_per_step'] / bare['calls_per_step']:.2f}x the calls per "
