@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.callbacks import WeightAveraging
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.trainer.states import TrainerFn
-from torch import nn
+from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from project.engine.errors import ConfigError
@@ -56,6 +56,7 @@ class EMA(WeightAveraging):
         self._average_model = AveragedModel(model=sharing, device=pl_module.device, use_buffers=True)
         live = dict(pl_module.named_parameters())
         self._shared = [(n, p) for n, p in self._average_model.module.named_parameters() if p is live.get(n)]
+        self._tensors: tuple[Any, ...] | None = None  # what _update reads, listed at its first call
         # In the dtype the precision plugin gives the task later (64-true, bf16-true), before a resume loads into it.
         trainer.precision_plugin.convert_module(self._average_model.module)
 
@@ -72,22 +73,35 @@ class EMA(WeightAveraging):
     @torch.no_grad()
     def _update(self, pl_module: L.LightningModule, decay: float, first: bool) -> None:
         assert self._average_model is not None
-        average = self._average_model.module
         if any(p.requires_grad for _, p in self._shared):  # unfrozen since: a copy of its own, averaged from now on
+            average = self._average_model.module
             for name, p in (shared for shared in self._shared if shared[1].requires_grad):
                 owner, _, attribute = name.rpartition(".")
                 setattr(average.get_submodule(owner), attribute, nn.Parameter(p.detach().clone()))
-            self._shared = [(n, p) for n, p in self._shared if not p.requires_grad]
-        pairs = list(zip(itertools.chain(average.parameters(), average.buffers()),
-                         itertools.chain(pl_module.parameters(), pl_module.buffers()), strict=True))  # fmt: skip
-        floats = [(a, c.detach()) for a, c in pairs if a.is_floating_point() and a is not c]  # not the shared
-        for a, c in pairs:  # the first update, and integer buffers (BatchNorm's batch counter): the current value
-            if (first or not a.is_floating_point()) and a is not c:
+            self._shared, self._tensors = [(n, p) for n, p in self._shared if not p.requires_grad], None
+        models = (pl_module, self._average_model.module)
+        if self._tensors is None or any(a is not b for a, b in zip(self._tensors[:2], models, strict=True)):
+            self._tensors = (*models, *self._pairs(pl_module))  # once: the same tensors at every step
+        (averages, currents), copied = self._tensors[2:]
+        if averages and not first:
+            get_ema_multi_avg_fn(decay)(averages, currents, None)  # torch's: one fused lerp per device and dtype
+        if first:  # the first update: the weights themselves
+            for a, c in zip(averages, currents, strict=True):
                 a.copy_(c)
-        if floats and not first:
-            # torch's: one fused lerp per device and dtype
-            get_ema_multi_avg_fn(decay)([a for a, _ in floats], [c for _, c in floats], None)
+        for a, c in copied:  # integer buffers (BatchNorm's batch counter): the current value
+            a.copy_(c)
         self._average_model.n_averaged += 1  # on the device: no host read
+
+    def _pairs(self, pl_module: L.LightningModule) -> tuple[tuple[list, list], list[tuple[Tensor, Tensor]]]:
+        """(the average's floating tensors, the task's), then (average, task) for each integer buffer; a tensor the
+        two share is in neither. The tensors themselves (not detached views): they follow a later `.data` swap."""
+        assert self._average_model is not None
+        average = self._average_model.module
+        pairs = [(a, c) for a, c in zip(itertools.chain(average.parameters(), average.buffers()),
+                 itertools.chain(pl_module.parameters(), pl_module.buffers()), strict=True) if a is not c]  # fmt: skip
+        floats = [(a, c) for a, c in pairs if a.is_floating_point()]
+        ints = [(a, c) for a, c in pairs if not a.is_floating_point()]
+        return ([a for a, _ in floats], [c for _, c in floats]), ints
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         # Only a resumed fit trains on the raw weights again; test, validate and predict of a checkpoint evaluate its
