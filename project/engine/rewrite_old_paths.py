@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from project.engine import PUBLIC
 from project.engine.moved import MOVED, PACKAGE, new_paths
 
 STAYED = ("errors", "hooks")  # paths that did not move, whose names your code takes from the API all the same
@@ -16,8 +17,7 @@ STAYED = ("errors", "hooks")  # paths that did not move, whose names your code t
 
 def _home(old: str, name: str) -> str:
     """Where code names ``name`` of the old module ``old`` now: the API, else the new module that defines it."""
-    public: dict[str, str] = importlib.import_module(PACKAGE).PUBLIC
-    if name in public:
+    if name in PUBLIC:
         return PACKAGE
     homes = [f"{PACKAGE}.{old}"] if old in STAYED else new_paths(old)
     for path in homes:

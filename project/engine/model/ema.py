@@ -28,6 +28,9 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from project.engine.errors import ConfigError
 
+# (the average's floating tensors, the task's), then (average, task) for each integer buffer
+_Tensors = tuple[tuple[list[Tensor], list[Tensor]], list[tuple[Tensor, Tensor]]]
+
 
 class EMA(WeightAveraging):
     def __init__(self, decay: float = 0.999, warmup: bool = False) -> None:
@@ -56,7 +59,7 @@ class EMA(WeightAveraging):
         self._average_model = AveragedModel(model=sharing, device=pl_module.device, use_buffers=True)
         live = dict(pl_module.named_parameters())
         self._shared = [(n, p) for n, p in self._average_model.module.named_parameters() if p is live.get(n)]
-        self._tensors: tuple[Any, ...] | None = None  # what _update reads, listed at its first call
+        self._tensors: _Tensors | None = None  # what _update reads, listed at its first call after this
         # In the dtype the precision plugin gives the task later (64-true, bf16-true), before a resume loads into it.
         trainer.precision_plugin.convert_module(self._average_model.module)
 
@@ -68,7 +71,7 @@ class EMA(WeightAveraging):
             step = trainer.global_step  # a host int: the decay costs no device read
             decay = min(self.decay, (1 + step) / (10 + step)) if self.warmup else self.decay
             self._update(pl_module, decay, first=self._latest_update_step == 0)
-            self._latest_update_step = trainer.global_step
+            self._latest_update_step = step
 
     @torch.no_grad()
     def _update(self, pl_module: L.LightningModule, decay: float, first: bool) -> None:
@@ -79,10 +82,9 @@ class EMA(WeightAveraging):
                 owner, _, attribute = name.rpartition(".")
                 setattr(average.get_submodule(owner), attribute, nn.Parameter(p.detach().clone()))
             self._shared, self._tensors = [(n, p) for n, p in self._shared if not p.requires_grad], None
-        models = (pl_module, self._average_model.module)
-        if self._tensors is None or any(a is not b for a, b in zip(self._tensors[:2], models, strict=True)):
-            self._tensors = (*models, *self._pairs(pl_module))  # once: the same tensors at every step
-        (averages, currents), copied = self._tensors[2:]
+        if self._tensors is None:  # once per fit (setup makes a new average) and per unfreezing: the same tensors
+            self._tensors = self._pairs(pl_module)
+        (averages, currents), copied = self._tensors
         if averages and not first:
             get_ema_multi_avg_fn(decay)(averages, currents, None)  # torch's: one fused lerp per device and dtype
         if first:  # the first update: the weights themselves
@@ -92,7 +94,7 @@ class EMA(WeightAveraging):
             a.copy_(c)
         self._average_model.n_averaged += 1  # on the device: no host read
 
-    def _pairs(self, pl_module: L.LightningModule) -> tuple[tuple[list, list], list[tuple[Tensor, Tensor]]]:
+    def _pairs(self, pl_module: L.LightningModule) -> _Tensors:
         """(the average's floating tensors, the task's), then (average, task) for each integer buffer; a tensor the
         two share is in neither. The tensors themselves (not detached views): they follow a later `.data` swap."""
         assert self._average_model is not None
